@@ -1,0 +1,5 @@
+"""Configuration: ``default.toml`` beside this file, then env ``INFERPOOL_*``, then CLI flags."""
+
+from config.settings import DEFAULT_CONFIG_FILE, Settings, load_settings
+
+__all__ = ["DEFAULT_CONFIG_FILE", "Settings", "load_settings"]

@@ -1,0 +1,35 @@
+"""InferPool's engine: load a model once, run it from a pool of per-worker runtimes.
+
+No web framework is imported here; ``service`` is one front end built on this API.
+"""
+
+from engine.backends import BACKENDS, Runtime
+from engine.errors import ConfigError, EngineError, InvalidInput, ModelLoadError, NotReady, Overloaded
+from engine.module import InferenceModule
+from engine.options import RuntimeOptions
+from engine.pool import RuntimePool
+from engine.schema import Schema, TensorSpec
+from engine.served import Prediction, ServedModel
+from engine.sources import DEFAULT_MODEL, load_model
+from engine.spec import ModelSpec
+
+__all__ = [
+    "BACKENDS",
+    "DEFAULT_MODEL",
+    "ConfigError",
+    "EngineError",
+    "InferenceModule",
+    "InvalidInput",
+    "ModelLoadError",
+    "ModelSpec",
+    "NotReady",
+    "Overloaded",
+    "Prediction",
+    "Runtime",
+    "RuntimeOptions",
+    "RuntimePool",
+    "Schema",
+    "ServedModel",
+    "TensorSpec",
+    "load_model",
+]

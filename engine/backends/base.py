@@ -1,0 +1,31 @@
+"""The runtime contract every backend implements."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+
+from engine.module import InferenceModule
+from engine.options import RuntimeOptions
+from engine.schema import Array
+
+
+class Runtime(ABC):
+    """Per-worker mutable state for running one InferenceModule.
+
+    A runtime is used by one thread at a time (the pool guarantees it); everything shared
+    lives in the InferenceModule. ``run`` takes contiguous arrays already checked against
+    the schema and returns arrays keyed by output name.
+    """
+
+    def __init__(self, module: InferenceModule, options: RuntimeOptions) -> None:
+        self.module = module
+        self.options = options
+        self.calls = 0
+
+    @abstractmethod
+    def run(self, inputs: Mapping[str, Array]) -> dict[str, Array]: ...
+
+    def warmup(self) -> None:
+        for _ in range(self.options.warmup_iters):
+            self.run(self.module.example_inputs)

@@ -1,0 +1,35 @@
+"""Engine errors, by kind; the service maps each kind to one HTTP status at its boundary."""
+
+from __future__ import annotations
+
+
+class EngineError(Exception):
+    """Base of every error the engine raises on purpose."""
+
+
+class InvalidInput(EngineError):
+    """The request's tensors do not fit the model's schema (the caller can fix it)."""
+
+    def __init__(self, message: str, *, input_name: str | None = None) -> None:
+        super().__init__(message)
+        self.input_name = input_name
+
+
+class Overloaded(EngineError):
+    """Too much work is queued already; retry after ``retry_after`` seconds."""
+
+    def __init__(self, message: str, *, retry_after: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class NotReady(EngineError):
+    """The model is still loading or warming up, or is shutting down."""
+
+
+class ModelLoadError(EngineError):
+    """The configured model could not be loaded; the message says what to change."""
+
+
+class ConfigError(EngineError):
+    """A runtime option cannot work on this machine; the message says what to change."""

@@ -1,0 +1,56 @@
+"""RuntimeOptions: how runtimes are built and run (the analogue of Static Runtime's options)."""
+
+from __future__ import annotations
+
+from pydantic.dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RuntimeOptions:
+    backend: str = "eager"
+    """Which runtime implementation runs the model (``engine.backends.BACKENDS``).
+    ``eager`` runs the ``nn.Module`` under ``torch.inference_mode``: always works; change it
+    only when a faster backend supports your model."""
+
+    num_runtimes: int = 0
+    """Runtimes (and worker threads) in the pool; 0 = one per usable CPU divided by
+    ``intra_op_threads``. Raise it only for models that release the GIL for most of a call
+    (large tensor ops); for tiny models more threads than cores only add hand-off cost."""
+
+    intra_op_threads: int = 1
+    """PyTorch threads used inside one operator. 1 is best for many small concurrent
+    requests (parallelism comes from runtimes); raise it for few large requests.
+    ``intra_op_threads * num_runtimes`` must fit the CPUs this process may use."""
+
+    cleanup_activations: bool = True
+    """Release a runtime's planned activation/output buffers after each run (lower idle
+    memory) or keep them for the next request (no re-allocation). Honoured by backends that
+    plan memory; ``eager`` has nothing to keep, since PyTorch frees each intermediate after
+    its last use, so there the option has no effect."""
+
+    warmup_iters: int = 3
+    """Calls on the example inputs per runtime before the service reports ready, so that the
+    first real request pays no allocator or lazy-initialisation cost. 0 skips warm-up."""
+
+    check_inputs: bool = True
+    """Validate every dimension and reject NaN/inf (True), or only check the number of
+    elements per sample and reshape (False; the AOTInductor-style minimum for trusted
+    clients that want the least per-call overhead)."""
+
+    oversubscribe: bool = False
+    """Allow ``num_runtimes * intra_op_threads`` above the usable CPUs (with a warning)
+    instead of refusing to start. Only for models whose calls mostly run outside the GIL."""
+
+    borrow_timeout: float = 5.0
+    """Seconds a worker waits for a free runtime before the request fails as overloaded."""
+
+    def __post_init__(self) -> None:
+        checks = {
+            "num_runtimes": (self.num_runtimes >= 0, "use 0 for automatic or a positive count"),
+            "intra_op_threads": (self.intra_op_threads >= 1, "use 1 or more"),
+            "warmup_iters": (self.warmup_iters >= 0, "use 0 to skip warm-up or a positive count"),
+            "borrow_timeout": (self.borrow_timeout > 0, "use a positive number of seconds"),
+        }
+        for name, (ok, fix) in checks.items():
+            if not ok:
+                raise ValueError(f"{name}={getattr(self, name)!r} is invalid: {fix}")

@@ -1,0 +1,166 @@
+"""Input/output schema of a model, and the checks that turn request data into tensors.
+
+The schema is the one source of truth for request validation, the OpenAPI docs and the
+Open Inference Protocol metadata. Dimension 0 may be the dynamic batch dimension (``None``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from engine.errors import InvalidInput
+
+Array = npt.NDArray[Any]
+
+# Which kinds of request data may be cast to each kind of model dtype without losing
+# meaning: ints widen to floats, but floats are never silently truncated to ints.
+_ACCEPTED_KINDS = {"f": "fiu", "i": "iu", "u": "u", "b": "b"}
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    dtype: str
+    shape: tuple[int | None, ...]
+
+    @property
+    def batched(self) -> bool:
+        return bool(self.shape) and self.shape[0] is None
+
+    @property
+    def sample_shape(self) -> tuple[int | None, ...]:
+        return self.shape[1:] if self.batched else self.shape
+
+    @property
+    def sample_numel(self) -> int:
+        return math.prod(d for d in self.sample_shape if d is not None)
+
+    def describe(self) -> str:
+        dims = ", ".join("batch" if d is None else str(d) for d in self.shape)
+        return f"[{dims}]"
+
+    def json_schema(self) -> dict[str, Any]:
+        """JSON Schema of one sample (nested arrays) for the OpenAPI docs."""
+        leaf: dict[str, Any] = {"type": _JSON_TYPES[np.dtype(self.dtype).kind]}
+        for dim in reversed(self.sample_shape):
+            leaf = {"type": "array", "items": leaf}
+            if dim is not None:
+                leaf |= {"minItems": dim, "maxItems": dim}
+        return leaf
+
+    def coerce(self, value: object, *, strict: bool) -> tuple[Array, bool]:
+        """Request data -> (array shaped like the schema, was it a single sample?).
+
+        ``strict`` checks every dimension and rejects NaN/inf; otherwise only the number of
+        elements per sample is checked (the AOTInductor-style minimum), and any layout with
+        the right count is reshaped.
+        """
+        array = self._as_array(value)
+        single = self.batched and array.ndim == len(self.shape) - 1
+        if single:
+            array = array[None]
+        if strict:
+            self._check_shape(array, single)
+            if array.dtype.kind == "f" and not np.isfinite(array).all():
+                raise InvalidInput(f"input '{self.name}' contains NaN or infinity", input_name=self.name)
+        else:
+            array = self._reshape_by_numel(array)
+        return np.ascontiguousarray(array), single
+
+    def _as_array(self, value: object) -> Array:
+        try:
+            array = np.asarray(value)
+        except (ValueError, OverflowError) as exc:
+            raise InvalidInput(
+                f"input '{self.name}' is not a rectangular array of numbers ({exc})",
+                input_name=self.name,
+            ) from None
+        want = np.dtype(self.dtype)
+        if array.dtype.kind not in _ACCEPTED_KINDS.get(want.kind, want.kind):
+            got = "strings, mixed values or numbers out of range" if array.dtype.kind in "OUS" else str(array.dtype)
+            raise InvalidInput(
+                f"input '{self.name}' must hold {want.name} values, got {got}",
+                input_name=self.name,
+            )
+        if array.size == 0:
+            raise InvalidInput(f"input '{self.name}' is empty", input_name=self.name)
+        try:
+            with np.errstate(over="raise"):
+                return array.astype(want, copy=False)
+        except FloatingPointError:
+            raise InvalidInput(
+                f"input '{self.name}' has values out of range for {want.name}", input_name=self.name
+            ) from None
+
+    def _check_shape(self, array: Array, single: bool) -> None:
+        fits = array.ndim == len(self.shape) and all(
+            want is None or want == got for want, got in zip(self.shape, array.shape, strict=True)
+        )
+        if not fits:
+            got = list(array.shape[1:] if single else array.shape)
+            raise InvalidInput(
+                f"input '{self.name}' has shape {got}; expected {self.describe()}"
+                + (f" or one sample of {list(self.sample_shape)}" if self.batched else ""),
+                input_name=self.name,
+            )
+
+    def _reshape_by_numel(self, array: Array) -> Array:
+        batch = array.shape[0] if self.batched else 1
+        if array.size != batch * self.sample_numel or any(d is None for d in self.sample_shape):
+            raise InvalidInput(
+                f"input '{self.name}' has {array.size} elements; expected {self.sample_numel} per sample",
+                input_name=self.name,
+            )
+        shape = (batch, *self.sample_shape) if self.batched else self.shape
+        return array.reshape(shape)  # type: ignore[arg-type]
+
+
+_JSON_TYPES = {"f": "number", "i": "integer", "u": "integer", "b": "boolean"}
+
+
+@dataclass(frozen=True)
+class Schema:
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+
+    def coerce_inputs(self, given: Mapping[str, object], *, strict: bool) -> tuple[dict[str, Array], bool]:
+        """Validate a whole request: names, per-input data, one common batch size."""
+        names = [spec.name for spec in self.inputs]
+        missing = [n for n in names if n not in given]
+        unknown = [n for n in given if n not in names]
+        if missing or unknown:
+            raise InvalidInput(
+                f"inputs must be exactly {names}; missing {missing}, unknown {unknown}",
+                input_name=(missing or unknown)[0],
+            )
+        arrays: dict[str, Array] = {}
+        singles: set[bool] = set()
+        for spec in self.inputs:
+            arrays[spec.name], single = spec.coerce(given[spec.name], strict=strict)
+            singles.add(single)
+        batches = {a.shape[0] for s, a in zip(self.inputs, arrays.values(), strict=True) if s.batched}
+        if len(batches) > 1 or len(singles) > 1:
+            raise InvalidInput(f"all inputs must have the same batch size; got {sorted(batches)}")
+        return arrays, singles.pop()
+
+
+def positional(schema: Schema, value: object) -> Mapping[str, object]:
+    """A bare array is allowed for single-input models; name it."""
+    if isinstance(value, Mapping):
+        return value
+    if len(schema.inputs) != 1:
+        names = [spec.name for spec in schema.inputs]
+        raise InvalidInput(f"this model has several inputs; send an object keyed by {names}")
+    return {schema.inputs[0].name: value}
+
+
+def output_names(count: int, given: Sequence[str]) -> tuple[str, ...]:
+    if given and len(given) != count:
+        raise ValueError(f"the model returns {count} outputs but {len(given)} output names were given")
+    return tuple(given) or (("output",) if count == 1 else tuple(f"output_{i}" for i in range(count)))

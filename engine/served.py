@@ -1,0 +1,109 @@
+"""ServedModel: the engine's narrow API for a front end.
+
+One InferenceModule, a RuntimePool built from it, and the worker threads that borrow from the
+pool. The service calls ``await model.infer(inputs)`` and never sees torch.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import partial
+
+from engine.backends import BACKENDS, Runtime
+from engine.errors import ConfigError, NotReady, Overloaded
+from engine.module import InferenceModule
+from engine.options import RuntimeOptions
+from engine.pool import RuntimePool
+from engine.schema import Array, Schema, positional
+from engine.sources import load_model
+from engine.threads import ThreadPlan, apply_thread_plan, plan_threads
+from engine.workers import WorkerThreads
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    outputs: dict[str, Array]
+    single: bool
+    """The request was one sample without a batch dimension; so are ``outputs``."""
+    queue_seconds: float
+    compute_seconds: float
+
+
+class ServedModel:
+    def __init__(self, module: InferenceModule, options: RuntimeOptions, plan: ThreadPlan, max_queue: int) -> None:
+        try:
+            backend = BACKENDS[options.backend]
+        except KeyError:
+            raise ConfigError(f"backend {options.backend!r} is unknown; choose one of {sorted(BACKENDS)}") from None
+        self.module = module
+        self.options = options
+        self.plan = plan
+        self.max_queue = max_queue
+        runtimes = [backend(module, options) for _ in range(plan.runtimes)]
+        for runtime in runtimes:
+            runtime.warmup()
+        self.pool: RuntimePool[Runtime] = RuntimePool(runtimes, timeout=options.borrow_timeout)
+        self.workers = WorkerThreads(plan.runtimes, name=f"{module.name}-worker")
+        # Warm each worker thread too: per-thread state (OpenMP team, allocator) is lazy.
+        if options.warmup_iters:
+            self.workers.run_on_each(lambda: self._run(dict(module.example_inputs)))
+        self.in_flight = 0
+        self.accepting = True
+
+    @classmethod
+    def load(cls, source: str, options: RuntimeOptions, *, max_queue: int = 64) -> ServedModel:
+        plan = plan_threads(options)
+        apply_thread_plan(plan)
+        started = time.perf_counter()
+        module = InferenceModule.from_spec(load_model(source))
+        served = cls(module, options, plan, max_queue)
+        log.info(
+            "model %r ready in %.2fs: backend=%s runtimes=%d intra_op_threads=%d usable_cpus=%d parameters=%d",
+            module.name, time.perf_counter() - started, options.backend, plan.runtimes,
+            plan.intra_op_threads, plan.cpus, module.num_parameters,
+        )  # fmt: skip
+        return served
+
+    @property
+    def name(self) -> str:
+        return self.module.name
+
+    @property
+    def schema(self) -> Schema:
+        return self.module.schema
+
+    async def infer(self, inputs: object) -> Prediction:
+        """Validate and run one request on a worker thread; raises InvalidInput/Overloaded."""
+        if not self.accepting:
+            raise NotReady(f"model {self.name!r} is shutting down")
+        # Only the event loop touches in_flight, so a plain int is race-free.
+        if self.in_flight >= self.max_queue + self.plan.runtimes:
+            raise Overloaded(f"{self.in_flight} requests are already in flight for model {self.name!r}")
+        self.in_flight += 1
+        try:
+            return await self.workers.run(partial(self._predict, inputs, time.perf_counter()))
+        finally:
+            self.in_flight -= 1
+
+    def _predict(self, inputs: object, queued_at: float) -> Prediction:
+        dequeued = time.perf_counter()
+        arrays, single = self.schema.coerce_inputs(positional(self.schema, inputs), strict=self.options.check_inputs)
+        started = time.perf_counter()
+        outputs = self._run(arrays)
+        compute = time.perf_counter() - started
+        if single:
+            outputs = {name: array[0] for name, array in outputs.items()}
+        return Prediction(outputs, single, dequeued - queued_at, compute)
+
+    def _run(self, arrays: Mapping[str, Array]) -> dict[str, Array]:
+        with self.pool.borrow() as runtime:
+            return runtime.run(arrays)
+
+    def close(self) -> None:
+        self.accepting = False
+        self.workers.close()

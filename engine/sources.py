@@ -1,0 +1,71 @@
+"""Model sources: where an InferenceModule's model comes from, picked by the source string.
+
+- ``package.module:function`` -- a Python factory returning a :class:`ModelSpec`.
+- ``path/to/model.pt2`` -- an archive written by ``torch.export.save``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from engine.errors import ModelLoadError
+from engine.spec import ModelSpec
+
+DEFAULT_MODEL = "engine.zoo.digits:build"
+
+
+def load_factory(source: str) -> ModelSpec:
+    module_name, _, attr = source.partition(":")
+    if not module_name or not attr:
+        raise ModelLoadError(f"model source {source!r} must look like 'package.module:function'")
+    try:
+        factory = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ModelLoadError(f"cannot import model factory {source!r}: {exc}") from exc
+    spec = factory()
+    if not isinstance(spec, ModelSpec):
+        raise ModelLoadError(f"model factory {source!r} returned {type(spec).__name__}, not engine.ModelSpec")
+    return spec
+
+
+def load_export(source: str) -> ModelSpec:
+    path = Path(source)
+    if not path.is_file():
+        raise ModelLoadError(f"torch.export archive {source!r} does not exist; give the path of a .pt2 file")
+    try:
+        program = torch.export.load(path)
+    except Exception as exc:
+        raise ModelLoadError(f"cannot load torch.export archive {source!r}: {exc}") from exc
+    names = program.graph_signature.user_inputs
+    placeholders = {n.name: n.meta["val"] for n in program.graph.nodes if n.op == "placeholder"}
+    examples = {
+        name: torch.zeros([_example_dim(program, d) for d in placeholders[name].shape], dtype=placeholders[name].dtype)
+        for name in names
+    }
+    batched = all(isinstance(placeholders[n].shape[0], torch.SymInt) for n in names if placeholders[n].dim())
+    return ModelSpec(
+        module=program.module(),
+        example_inputs=examples,
+        output_names=tuple(str(n) for n in program.graph_signature.user_outputs),
+        name=path.stem,
+        batched=batched,
+    )
+
+
+def _example_dim(program: torch.export.ExportedProgram, dim: int | torch.SymInt) -> int:
+    if isinstance(dim, int):
+        return dim
+    # torch.export specialises sizes 0 and 1, so 2 is the smallest safe example size.
+    bounds = program.range_constraints.get(dim.node.expr)
+    return max(2, int(bounds.lower)) if bounds is not None else 2
+
+
+SOURCES: dict[str, Callable[[str], ModelSpec]] = {"export": load_export, "factory": load_factory}
+
+
+def load_model(source: str) -> ModelSpec:
+    return SOURCES["export" if source.endswith(".pt2") else "factory"](source)

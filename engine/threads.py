@@ -1,0 +1,80 @@
+"""The thread budget: what this process may really use, and torch's thread settings.
+
+``os.cpu_count()`` reports the host's CPUs, not the ones a container or ``taskset`` grants;
+sizing pools from it oversubscribes the CPU quota and turns every request into a wait for
+the CFS scheduler. The budget counts the CPU affinity mask and the cgroup v2/v1 quota.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from engine.errors import ConfigError
+from engine.options import RuntimeOptions
+
+log = logging.getLogger(__name__)
+
+
+def cgroup_cpu_limit(root: Path = Path("/sys/fs/cgroup")) -> float | None:
+    """CPUs allowed by the cgroup quota, or None when unlimited or unknown."""
+    try:
+        quota, period = (root / "cpu.max").read_text().split()[:2]
+        return None if quota == "max" else int(quota) / int(period)
+    except (OSError, ValueError):
+        pass
+    try:
+        quota_us = int((root / "cpu" / "cpu.cfs_quota_us").read_text())
+        period_us = int((root / "cpu" / "cpu.cfs_period_us").read_text())
+        return quota_us / period_us if quota_us > 0 else None
+    except (OSError, ValueError):
+        return None
+
+
+def usable_cpus() -> int:
+    cpus = len(os.sched_getaffinity(0))
+    limit = cgroup_cpu_limit()
+    return max(1, min(cpus, math.floor(limit))) if limit else cpus
+
+
+@dataclass(frozen=True)
+class ThreadPlan:
+    cpus: int
+    runtimes: int
+    intra_op_threads: int
+
+    @property
+    def threads(self) -> int:
+        return self.runtimes * self.intra_op_threads
+
+
+def plan_threads(options: RuntimeOptions, cpus: int | None = None) -> ThreadPlan:
+    cpus = usable_cpus() if cpus is None else cpus
+    intra = options.intra_op_threads
+    runtimes = options.num_runtimes or max(1, cpus // intra)
+    plan = ThreadPlan(cpus, runtimes, intra)
+    if plan.threads > cpus:
+        message = (
+            f"num_runtimes={runtimes} x intra_op_threads={intra} = {plan.threads} threads, but this "
+            f"process may use {cpus} CPUs (affinity and cgroup quota); lower num_runtimes or "
+            "intra_op_threads (num_runtimes=0 sizes the pool automatically)"
+        )
+        if not options.oversubscribe:
+            raise ConfigError(message + ", or set oversubscribe=true if the model releases the GIL")
+        log.warning("%s; running oversubscribed as configured", message)
+    return plan
+
+
+def apply_thread_plan(plan: ThreadPlan) -> None:
+    """Set torch's process-wide thread counts (once; later calls keep the first values)."""
+    torch.set_num_threads(plan.intra_op_threads)
+    try:
+        # Inter-op parallelism only serves TorchScript forks; requests already run in parallel.
+        torch.set_num_interop_threads(1)
+    except RuntimeError:
+        log.debug("inter-op threads were already set; keeping %d", torch.get_num_interop_threads())

@@ -1,0 +1,60 @@
+"""The built-in default model: a small CNN that classifies 8x8 handwritten digits.
+
+Trained by ``python -m engine.zoo.train_digits`` on scikit-learn's bundled digits data
+(no download). The weights ship next to this file, so serving needs neither sklearn nor
+the network.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from engine.spec import ModelSpec
+
+WEIGHTS = Path(__file__).with_name("digits_cnn.pt")
+# sklearn's digits are 0..16 grey levels; the model scales them itself so that clients can
+# send the data exactly as the dataset (and a scanner) produces it.
+MAX_PIXEL = 16.0
+
+
+class DigitsCNN(nn.Module):
+    """[B, 1, 8, 8] pixel values in 0..16 -> (probabilities [B, 10], label [B])."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(1, 16, kernel_size=3, padding=1),
+            nn.ReLU(),
+            nn.Conv2d(16, 32, kernel_size=3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+        )
+        self.classifier = nn.Sequential(
+            nn.Flatten(),
+            nn.Linear(32 * 4 * 4, 64),
+            nn.ReLU(),
+            nn.Linear(64, 10),
+        )
+
+    def logits(self, image: torch.Tensor) -> torch.Tensor:
+        logits: torch.Tensor = self.classifier(self.features(image / MAX_PIXEL))
+        return logits
+
+    def forward(self, image: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        probabilities = torch.softmax(self.logits(image), dim=1)
+        return probabilities, probabilities.argmax(dim=1)
+
+
+def build() -> ModelSpec:
+    """Factory named by the default config: ``engine.zoo.digits:build``."""
+    model = DigitsCNN()
+    model.load_state_dict(torch.load(WEIGHTS, map_location="cpu", weights_only=True))
+    return ModelSpec(
+        module=model,
+        example_inputs={"image": torch.zeros(1, 1, 8, 8)},
+        output_names=("probabilities", "label"),
+        name="digits",
+    )

@@ -1,0 +1,61 @@
+"""The FastAPI application: wiring only; behaviour lives in routes, codec and errors."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from importlib.metadata import PackageNotFoundError, version
+
+from fastapi import FastAPI
+
+from config import Settings
+from service.errors import install_error_handlers
+from service.host import ModelHost
+from service.metrics import Metrics
+from service.middleware import RequestMetrics
+from service.openapi import model_aware_openapi
+from service.routes import health, predict
+
+log = logging.getLogger(__name__)
+
+
+def _version() -> str:
+    try:
+        return version("inferpool")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+def create_app(settings: Settings) -> FastAPI:
+    host = ModelHost(settings)
+    metrics = Metrics()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # A short switch interval lets a worker thread take the GIL back from the event loop
+        # soon after its torch op ends, instead of after CPython's default 5 ms.
+        sys.setswitchinterval(settings.switch_interval)
+        log.info("effective config: %s", settings.model_dump_json())
+        host.start()  # loads and warms in the background; /health/ready says when done
+        try:
+            yield
+        finally:
+            host.close()
+
+    app = FastAPI(
+        title="InferPool",
+        version=_version(),
+        description="Fast PyTorch model serving on CPUs.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.host = host
+    app.state.metrics = metrics
+    app.include_router(predict.router)
+    app.include_router(health.router)
+    install_error_handlers(app)
+    app.add_middleware(RequestMetrics, metrics=metrics)
+    app.openapi = model_aware_openapi(app, lambda: host.model.schema if host.model else None)  # type: ignore[method-assign]
+    return app

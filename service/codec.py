@@ -1,0 +1,52 @@
+"""Request bodies in, response bodies out: orjson, with the limits checked before parsing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import orjson
+from fastapi import Request, Response
+
+from service.errors import ApiError
+
+_DUMP_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The whole body, refusing (413) before buffering more than ``limit`` bytes."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise ApiError(413, f"request body of {declared} bytes exceeds the limit of {limit} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise ApiError(413, f"request body exceeds the limit of {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def decode_inputs(body: bytes) -> object:
+    """``{"inputs": ...}`` -> the inputs; NaN/Infinity literals are not JSON and are refused."""
+    if not body:
+        raise ApiError(400, 'request body is empty; send JSON like {"inputs": [...]}')
+    try:
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise ApiError(400, f"request body is not valid JSON: {exc}") from None
+    if not isinstance(payload, dict) or "inputs" not in payload:
+        raise ApiError(400, 'request body must be a JSON object with an "inputs" field')
+    return payload["inputs"]
+
+
+def json_response(content: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    body = orjson.dumps(content, default=_fallback, option=_DUMP_OPTIONS)
+    return Response(body, status_code=status, media_type="application/json", headers=headers)
+
+
+def _fallback(value: object) -> object:
+    if isinstance(value, np.ndarray | np.generic):  # non-contiguous views, unusual dtypes
+        return value.tolist()
+    raise TypeError(f"cannot encode {type(value).__name__} as JSON")

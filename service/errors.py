@@ -1,0 +1,114 @@
+"""The one place where errors become HTTP responses: ``{"error": "..."}`` JSON, always.
+
+Deliberate errors map by type to a status. Anything unexpected is logged once with its
+traceback and answered with a generic 500 that leaks no internals.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from engine import EngineError, InvalidInput, ModelLoadError, NotReady, Overloaded
+
+log = logging.getLogger(__name__)
+
+
+class ApiError(Exception):
+    """A request problem found by the service itself (not JSON, too large, ...)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+STATUS: dict[type[Exception], int] = {
+    InvalidInput: 400,
+    Overloaded: 503,
+    NotReady: 503,
+    ModelLoadError: 503,
+}
+
+# Documented on every route that can produce them, so clients see the error shape.
+ERROR_SCHEMA = {
+    "type": "object",
+    "properties": {"error": {"type": "string"}, "input": {"type": "string"}},
+    "required": ["error"],
+}
+
+
+def error_response(status: int, message: str, headers: Mapping[str, str] | None = None, **extra: Any) -> Response:
+    body = {"error": message} | {k: v for k, v in extra.items() if v is not None}
+    return Response(orjson.dumps(body), status_code=status, media_type="application/json", headers=headers)
+
+
+def _engine_error(request: Request, exc: Exception) -> Response:
+    status = next((code for kind, code in STATUS.items() if isinstance(exc, kind)), 500)
+    headers = None
+    if status == 503:
+        retry = exc.retry_after if isinstance(exc, Overloaded) else 1.0
+        headers = {"Retry-After": str(max(1, round(retry)))}
+    return error_response(status, str(exc), headers, input=getattr(exc, "input_name", None))
+
+
+def _api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    return error_response(exc.status, str(exc))
+
+
+def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    return error_response(exc.status_code, str(exc.detail), exc.headers)
+
+
+def _validation_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    problems = "; ".join(
+        f"{'.'.join(str(p) for p in err.get('loc', ()))}: {err.get('msg', 'invalid')}" for err in exc.errors()
+    )
+    return error_response(422, f"invalid request: {problems}")
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    handlers: dict[type[Exception], Callable[[Request, Exception], Response | Awaitable[Response]]] = {
+        EngineError: _engine_error,
+        ApiError: _api_error,
+        HTTPException: _http_error,
+        RequestValidationError: _validation_error,
+    }
+    for kind, handler in handlers.items():
+        app.add_exception_handler(kind, handler)
+    app.add_middleware(ErrorBoundary)
+
+
+class ErrorBoundary:
+    """Catches what no handler claimed. Starlette's own 500 path re-raises to the server,
+    which would log the traceback a second time and may answer in plain text."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception:
+            log.exception("unhandled error on %s %s", scope.get("method"), scope.get("path"))
+            if not started:
+                await error_response(500, "internal server error; the server log has the details")(scope, receive, send)

@@ -1,0 +1,72 @@
+"""OpenAPI pieces, with /predict's body described from the served model's own schema."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+from engine import Schema, TensorSpec
+from service.errors import ERROR_SCHEMA
+
+
+def _error(description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": ERROR_SCHEMA}}}
+
+
+PREDICT_REQUEST: dict[str, Any] = {
+    "required": True,
+    "content": {
+        "application/json": {
+            "schema": {"type": "object", "required": ["inputs"], "properties": {"inputs": {}}},
+        }
+    },
+}
+PREDICT_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"description": "The model's outputs, keyed by output name."},
+    400: _error("The body is not JSON, or an input does not fit the model's schema (named in 'input')."),
+    413: _error("The body exceeds max_body_bytes."),
+    503: _error("The model is not ready, or too many requests are queued (see Retry-After)."),
+}
+HEALTH_RESPONSES: dict[int | str, dict[str, Any]] = {503: _error("Not ready, or the model failed to load.")}
+
+
+def _batch_of(spec: TensorSpec) -> dict[str, Any]:
+    sample = spec.json_schema()
+    return {"oneOf": [sample, {"type": "array", "minItems": 1, "items": sample}]} if spec.batched else sample
+
+
+def describe_predict(schema: Schema) -> dict[str, Any]:
+    """Request and response JSON Schemas for /predict on this model."""
+    named = {
+        "type": "object",
+        "required": [s.name for s in schema.inputs],
+        "properties": {s.name: _batch_of(s) for s in schema.inputs},
+    }
+    inputs = {"oneOf": [_batch_of(schema.inputs[0]), named]} if len(schema.inputs) == 1 else named
+    outputs = {"type": "object", "properties": {s.name: _batch_of(s) for s in schema.outputs}}
+    return {
+        "request": {"type": "object", "required": ["inputs"], "properties": {"inputs": inputs}},
+        "response": {"type": "object", "properties": {"model": {"type": "string"}, "outputs": outputs}},
+    }
+
+
+def model_aware_openapi(app: FastAPI, current_schema: Callable[[], Schema | None]) -> Callable[[], dict[str, Any]]:
+    """app.openapi replacement: generic until the model has loaded, then exact and cached."""
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        spec = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+        schema = current_schema()
+        if schema is not None:
+            shapes = describe_predict(schema)
+            post = spec["paths"]["/predict"]["post"]
+            post["requestBody"]["content"]["application/json"]["schema"] = shapes["request"]
+            post["responses"]["200"]["content"] = {"application/json": {"schema": shapes["response"]}}
+            app.openapi_schema = spec
+        return spec
+
+    return openapi

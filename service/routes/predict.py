@@ -1,0 +1,28 @@
+"""POST /predict: tensors in, tensors out, for the served model."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+
+from service.codec import decode_inputs, json_response, read_body
+from service.deps import MetricsDep, ModelDep, SettingsDep
+from service.openapi import PREDICT_REQUEST, PREDICT_RESPONSES
+
+router = APIRouter()
+
+
+@router.post(
+    "/predict",
+    summary="Run the model on one sample or a batch",
+    openapi_extra={"requestBody": PREDICT_REQUEST},
+    responses=PREDICT_RESPONSES,
+)
+async def predict(request: Request, model: ModelDep, settings: SettingsDep, metrics: MetricsDep) -> Response:
+    """Send `{"inputs": x}` where `x` is one sample or a batch (leading batch dimension) for
+    a single-input model, or an object keyed by input name. One sample in gives one sample
+    out; a batch in gives the batch out. Inference runs on a worker thread, never on the
+    event loop."""
+    inputs = decode_inputs(await read_body(request, settings.max_body_bytes))
+    prediction = await model.infer(inputs)
+    metrics.observe_inference(model.name, prediction.queue_seconds, prediction.compute_seconds)
+    return json_response({"model": model.name, "outputs": prediction.outputs})
