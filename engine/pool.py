@@ -5,6 +5,10 @@ single atomic operations in CPython, so no lock is taken while a runtime is free
 the most recently used runtime (and its warm caches) busy. Only when every runtime is out
 does a borrower sleep on a condition variable, and only then does a returner pay for a
 notify.
+
+Each runtime sits in a permanent :class:`Lease` that is its own context manager, so a borrow
+allocates nothing: the deque holds leases, and a lease is in the deque at most once, which
+is what guarantees that no two threads ever hold the same runtime.
 """
 
 from __future__ import annotations
@@ -21,39 +25,60 @@ from engine.errors import Overloaded
 T = TypeVar("T")
 
 
+class Lease(Generic[T]):
+    """``with pool.borrow() as runtime:`` -- gives the runtime back on exit, even on error."""
+
+    __slots__ = ("_idle", "_pool", "runtime")
+
+    def __init__(self, pool: RuntimePool[T], runtime: T) -> None:
+        self._pool = pool
+        self._idle = pool._idle
+        self.runtime = runtime
+
+    def __enter__(self) -> T:
+        return self.runtime
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._idle.append(self)
+        # Read without the lock: a borrower counts itself in before its last pop attempt,
+        # so either it sees this lease or we see it waiting and wake it.
+        if self._pool._waiters:
+            self._pool._wake_one()
+
+
 class RuntimePool(Generic[T]):
     def __init__(self, runtimes: Iterable[T], *, timeout: float = 5.0) -> None:
-        self._idle: deque[T] = deque(runtimes)
-        self.size = len(self._idle)
-        if self.size == 0:
-            raise ValueError("a RuntimePool needs at least one runtime")
-        self.timeout = timeout
+        self._idle: deque[Lease[T]] = deque()
         self._waiters = 0
         self._freed = threading.Condition(threading.Lock())
+        self.timeout = timeout
+        self.runtimes = tuple(runtimes)
+        if not self.runtimes:
+            raise ValueError("a RuntimePool needs at least one runtime")
+        self._idle.extend(Lease(self, runtime) for runtime in self.runtimes)
+
+    @property
+    def size(self) -> int:
+        return len(self.runtimes)
 
     @property
     def idle(self) -> int:
         return len(self._idle)
 
     def borrow(self) -> Lease[T]:
-        """``with pool.borrow() as runtime:`` -- the runtime always comes back, even on error."""
-        return Lease(self)
-
-    def acquire(self) -> T:
+        """A free runtime's lease; waits up to ``timeout`` s, then raises Overloaded."""
         try:
             return self._idle.pop()
         except IndexError:
             return self._wait()
 
-    def release(self, runtime: T) -> None:
-        self._idle.append(runtime)
-        # Read without the lock: a borrower counts itself in before its last pop attempt,
-        # so either it sees this runtime or we see it waiting and wake it.
-        if self._waiters:
-            with self._freed:
-                self._freed.notify()
+    def _wake_one(self) -> None:
+        with self._freed:
+            self._freed.notify()
 
-    def _wait(self) -> T:
+    def _wait(self) -> Lease[T]:
         deadline = time.monotonic() + self.timeout
         with self._freed:
             self._waiters += 1
@@ -71,21 +96,3 @@ class RuntimePool(Generic[T]):
                         self._freed.wait(remaining)
             finally:
                 self._waiters -= 1
-
-
-class Lease(Generic[T]):
-    """Context manager for one borrow; a class rather than @contextmanager for speed."""
-
-    __slots__ = ("_pool", "_runtime")
-
-    def __init__(self, pool: RuntimePool[T]) -> None:
-        self._pool = pool
-
-    def __enter__(self) -> T:
-        self._runtime = self._pool.acquire()
-        return self._runtime
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self._pool.release(self._runtime)

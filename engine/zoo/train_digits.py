@@ -43,7 +43,7 @@ def split() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     )
 
 
-def accuracy(model: DigitsCNN, images: torch.Tensor, labels: torch.Tensor) -> float:
+def accuracy(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor) -> float:
     with torch.inference_mode():
         _, predicted = model.eval()(images)
     return float((predicted == labels).float().mean())

@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from engine import InferenceModule, RuntimeOptions
+from engine.threads import ThreadPlan, apply_thread_plan
+from engine.zoo.digits import build
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _serving_thread_settings() -> None:
+    # As the service does: 1 intra-op thread per runtime. torch's default (one per core) in
+    # each of several threads makes OpenMP teams spin against each other, ~30x slower here.
+    apply_thread_plan(ThreadPlan(cpus=2, runtimes=2, intra_op_threads=1))
+
+
+@pytest.fixture(scope="session")
+def digits_module() -> InferenceModule:
+    return InferenceModule.from_spec(build())
+
+
+@pytest.fixture(scope="session")
+def reference():
+    """Eager PyTorch on a separately built copy of the model: the numbers to match."""
+    model = build().module.eval()
+
+    def run(images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        with torch.inference_mode():
+            probabilities, label = model(torch.from_numpy(np.asarray(images, dtype=np.float32)))
+        return probabilities.numpy(), label.numpy()
+
+    return run
+
+
+@pytest.fixture
+def images() -> np.ndarray:
+    """Deterministic digit-like images: 16 samples of [1, 8, 8] in 0..16."""
+    return np.random.default_rng(0).integers(0, 17, size=(16, 1, 8, 8)).astype(np.float32)
+
+
+@pytest.fixture
+def options() -> RuntimeOptions:
+    return RuntimeOptions(num_runtimes=2, warmup_iters=1)
