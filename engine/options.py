@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic.dataclasses import dataclass
 
+from engine.dispatch import DISPATCH_MODES
+
 
 @dataclass(frozen=True)
 class RuntimeOptions:
@@ -37,6 +39,15 @@ class RuntimeOptions:
     elements per sample and reshape (False; the AOTInductor-style minimum for trusted
     clients that want the least per-call overhead)."""
 
+    dispatch: str = "threads"
+    """Where inference runs: ``threads`` (worker threads; the event loop stays responsive),
+    ``inline`` (on the event loop: no hand-off cost, for models much faster than a hand-off;
+    a slow call delays every other request), or ``auto`` (inline when a warm batch-1 call
+    takes under ``inline_below_us``). See docs/BENCHMARKS.md for what each costs."""
+
+    inline_below_us: float = 50.0
+    """The ``auto`` dispatch threshold in microseconds of warm batch-1 model time."""
+
     oversubscribe: bool = False
     """Allow ``num_runtimes * intra_op_threads`` above the usable CPUs (with a warning)
     instead of refusing to start. Only for models whose calls mostly run outside the GIL."""
@@ -50,6 +61,8 @@ class RuntimeOptions:
             "intra_op_threads": (self.intra_op_threads >= 1, "use 1 or more"),
             "warmup_iters": (self.warmup_iters >= 0, "use 0 to skip warm-up or a positive count"),
             "borrow_timeout": (self.borrow_timeout > 0, "use a positive number of seconds"),
+            "dispatch": (self.dispatch in DISPATCH_MODES, f"use one of {DISPATCH_MODES}"),
+            "inline_below_us": (self.inline_below_us >= 0, "use a non-negative number of microseconds"),
         }
         for name, (ok, fix) in checks.items():
             if not ok:

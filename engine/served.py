@@ -7,19 +7,21 @@ pool. The service calls ``await model.infer(inputs)`` and never sees torch.
 from __future__ import annotations
 
 import logging
+import statistics
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 
 from engine.backends import BACKENDS, Runtime
+from engine.dispatch import Dispatch, InlineDispatch
 from engine.errors import ConfigError, NotReady, Overloaded
 from engine.module import InferenceModule
 from engine.options import RuntimeOptions
 from engine.pool import RuntimePool
 from engine.schema import Array, Schema, positional
 from engine.sources import load_model
-from engine.threads import ThreadPlan, apply_thread_plan, plan_threads
+from engine.threads import ThreadPlan, apply_thread_plan, init_worker_thread, plan_threads
 from engine.workers import WorkerThreads
 
 log = logging.getLogger(__name__)
@@ -48,12 +50,32 @@ class ServedModel:
         for runtime in runtimes:
             runtime.warmup()
         self.pool: RuntimePool[Runtime] = RuntimePool(runtimes, timeout=options.borrow_timeout)
-        self.workers = WorkerThreads(plan.runtimes, name=f"{module.name}-worker")
-        # Warm each worker thread too: per-thread state (OpenMP team, allocator) is lazy.
-        if options.warmup_iters:
-            self.workers.run_on_each(lambda: self._run(dict(module.example_inputs)))
+        mode = options.dispatch
+        if mode == "auto":
+            mode = "inline" if self.time_example_call() * 1e6 < options.inline_below_us else "threads"
+        self.dispatch_mode = mode
+        dispatchers: dict[str, Callable[[], Dispatch]] = {"inline": InlineDispatch, "threads": self._start_workers}
+        self.dispatch = dispatchers[mode]()
         self.in_flight = 0
         self.accepting = True
+
+    def _start_workers(self) -> WorkerThreads:
+        workers = WorkerThreads(
+            self.plan.runtimes, name=f"{self.name}-worker", initializer=partial(init_worker_thread, self.plan)
+        )
+        # Warm each worker thread too: per-thread state (OpenMP team, allocator) is lazy.
+        if self.options.warmup_iters:
+            workers.run_on_each(lambda: self._run(self.module.example_inputs))
+        return workers
+
+    def time_example_call(self, repeats: int = 5) -> float:
+        """Median seconds of a warm call on the example inputs."""
+        times = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            self._run(self.module.example_inputs)
+            times.append(time.perf_counter() - started)
+        return statistics.median(times)
 
     @classmethod
     def load(cls, source: str, options: RuntimeOptions, *, max_queue: int = 64) -> ServedModel:
@@ -63,8 +85,9 @@ class ServedModel:
         module = InferenceModule.from_spec(load_model(source))
         served = cls(module, options, plan, max_queue)
         log.info(
-            "model %r ready in %.2fs: backend=%s runtimes=%d intra_op_threads=%d usable_cpus=%d parameters=%d",
-            module.name, time.perf_counter() - started, options.backend, plan.runtimes,
+            "model %r ready in %.2fs: backend=%s dispatch=%s runtimes=%d intra_op_threads=%d usable_cpus=%d "
+            "parameters=%d",
+            module.name, time.perf_counter() - started, options.backend, served.dispatch_mode, plan.runtimes,
             plan.intra_op_threads, plan.cpus, module.num_parameters,
         )  # fmt: skip
         return served
@@ -86,7 +109,7 @@ class ServedModel:
             raise Overloaded(f"{self.in_flight} requests are already in flight for model {self.name!r}")
         self.in_flight += 1
         try:
-            return await self.workers.run(partial(self._predict, inputs, time.perf_counter()))
+            return await self.dispatch.run(partial(self._predict, inputs, time.perf_counter()))
         finally:
             self.in_flight -= 1
 
@@ -106,4 +129,4 @@ class ServedModel:
 
     def close(self) -> None:
         self.accepting = False
-        self.workers.close()
+        self.dispatch.close()

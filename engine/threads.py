@@ -70,6 +70,13 @@ def plan_threads(options: RuntimeOptions, cpus: int | None = None) -> ThreadPlan
     return plan
 
 
+def init_worker_thread(plan: ThreadPlan) -> None:
+    """Give a new thread the plan's intra-op count. OpenMP's thread count is per thread: one
+    that never set it gets a team of one thread per core on its first parallel op, whose
+    spinning helper burned most of a core per worker in our measurements."""
+    torch.set_num_threads(plan.intra_op_threads)
+
+
 def apply_thread_plan(plan: ThreadPlan) -> None:
     """Set torch's process-wide thread counts (once; later calls keep the first values)."""
     torch.set_num_threads(plan.intra_op_threads)

@@ -23,8 +23,11 @@ _Job = tuple[Callable[[], Any], "asyncio.Future[Any]", asyncio.AbstractEventLoop
 
 
 class WorkerThreads:
-    def __init__(self, count: int, name: str = "inferpool-worker") -> None:
+    def __init__(
+        self, count: int, name: str = "inferpool-worker", initializer: Callable[[], object] | None = None
+    ) -> None:
         self._jobs: SimpleQueue[_Job | None] = SimpleQueue()
+        self._initializer = initializer
         self._threads = [threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True) for i in range(count)]
         for thread in self._threads:
             thread.start()
@@ -69,6 +72,8 @@ class WorkerThreads:
             thread.join(timeout)
 
     def _work(self) -> None:
+        if self._initializer is not None:
+            self._initializer()
         while (job := self._jobs.get()) is not None:
             fn, future, loop = job
             try:

@@ -9,7 +9,7 @@ import httpx2
 import numpy as np
 import pytest
 
-from tests.server import INFERPOOL, run_server, wait_ready
+from loadtest.server import INFERPOOL, run_server, wait_ready
 
 SLOW_LOAD = "tests.slow_model:build"
 

@@ -1,4 +1,4 @@
-"""A real InferPool server in a subprocess on a free 127.0.0.1 port, for end-to-end tests."""
+"""A real InferPool server in a subprocess on a free 127.0.0.1 port (tests and benchmarks)."""
 
 from __future__ import annotations
 
