@@ -14,7 +14,10 @@ _DUMP_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
 
 
 async def read_body(request: Request, limit: int) -> bytes:
-    """The whole body, refusing (413) before buffering more than ``limit`` bytes."""
+    """The whole body, refusing (413) before buffering more than ``limit`` bytes.
+
+    Not FastAPI's ``max_body_size``: that answers 413 in plain text and signals through
+    exceptions that cross every middleware, and clients here are promised JSON errors."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise ApiError(413, f"request body of {declared} bytes exceeds the limit of {limit} bytes")

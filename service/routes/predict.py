@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 
 from service.codec import decode_inputs, json_response, read_body
-from service.deps import MetricsDep, ModelDep, SettingsDep
+from service.deps import host_of, metrics_of
 from service.openapi import PREDICT_REQUEST, PREDICT_RESPONSES
 
 router = APIRouter()
@@ -17,12 +17,16 @@ router = APIRouter()
     openapi_extra={"requestBody": PREDICT_REQUEST},
     responses=PREDICT_RESPONSES,
 )
-async def predict(request: Request, model: ModelDep, settings: SettingsDep, metrics: MetricsDep) -> Response:
+async def predict(request: Request) -> Response:
     """Send `{"inputs": x}` where `x` is one sample or a batch (leading batch dimension) for
     a single-input model, or an object keyed by input name. One sample in gives one sample
     out; a batch in gives the batch out. Inference runs on a worker thread, never on the
     event loop."""
-    inputs = decode_inputs(await read_body(request, settings.max_body_bytes))
+    # The hot path reads app state directly: FastAPI's dependency solving measured ~20% of
+    # this route's own CPU time, more than the model's input validation.
+    host, metrics = host_of(request), metrics_of(request)
+    model = host.get()
+    inputs = decode_inputs(await read_body(request, host.settings.max_body_bytes))
     prediction = await model.infer(inputs)
     metrics.observe_inference(model.name, prediction.queue_seconds, prediction.compute_seconds)
     return json_response({"model": model.name, "outputs": prediction.outputs})
