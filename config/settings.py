@@ -59,6 +59,12 @@ class Settings(BaseSettings):
         "5 ms default makes a worker thread wait up to 5 ms for the event loop to yield the GIL; "
         "a shorter interval cuts that hand-off latency at a small throughput cost.",
     )
+    drain_seconds: int = Field(
+        10,
+        ge=0,
+        description="On SIGTERM, how long requests already accepted may take to finish before the "
+        "server exits. Keep Kubernetes' terminationGracePeriodSeconds above preStop sleep + this.",
+    )
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log verbosity.")
     runtime: RuntimeOptions = Field(default_factory=RuntimeOptions, description="Engine runtime options.")
 

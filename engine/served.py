@@ -46,7 +46,8 @@ class ServedModel:
         self.options = options
         self.plan = plan
         self.max_queue = max_queue
-        runtimes = [backend(module, options) for _ in range(plan.runtimes)]
+        compiled = backend.compile(module, options)
+        runtimes = [backend(module, options, compiled) for _ in range(plan.runtimes)]
         for runtime in runtimes:
             runtime.warmup()
         self.pool: RuntimePool[Runtime] = RuntimePool(runtimes, timeout=options.borrow_timeout)

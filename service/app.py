@@ -31,6 +31,7 @@ def _version() -> str:
 def create_app(settings: Settings) -> FastAPI:
     host = ModelHost(settings)
     metrics = Metrics()
+    metrics.watch(host)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -37,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
         http="httptools",
         log_level=settings.log_level,
         access_log=False,  # one line per request costs more than a small model's inference
+        timeout_graceful_shutdown=settings.drain_seconds,
     )
     return 0
 

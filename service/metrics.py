@@ -8,8 +8,15 @@ in well under a millisecond and coarser buckets would hide the server's own over
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from service.host import ModelHost
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +56,10 @@ class Metrics:
             registry=self.registry,
         )
 
+    def watch(self, host: ModelHost) -> None:
+        """Export the host's live pool state, read at scrape time (no per-request cost)."""
+        self.registry.register(PoolCollector(host))
+
     def observe_request(self, route: str, status: int, seconds: float) -> None:
         try:
             self.requests.labels(route, str(status)).inc()
@@ -65,3 +76,31 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class PoolCollector(Collector):
+    """Gauges of the serving pool; an autoscaler scales on in-flight requests per pod."""
+
+    def __init__(self, host: ModelHost) -> None:
+        self.host = host
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        model = self.host.model
+        gauges = {
+            "inferpool_inflight_requests": "Requests accepted and not yet answered (running or queued).",
+            "inferpool_queue_depth": "Requests accepted and waiting for a runtime.",
+            "inferpool_runtimes_busy": "Runtimes currently running a request.",
+            "inferpool_runtimes": "Runtimes in the pool.",
+        }
+        families = {name: GaugeMetricFamily(name, doc, labels=["model"]) for name, doc in gauges.items()}
+        if model is not None:
+            busy = model.pool.size - model.pool.idle
+            values = {
+                "inferpool_inflight_requests": model.in_flight,
+                "inferpool_queue_depth": max(0, model.in_flight - busy),
+                "inferpool_runtimes_busy": busy,
+                "inferpool_runtimes": model.pool.size,
+            }
+            for name, value in values.items():
+                families[name].add_metric([model.name], value)
+        yield from families.values()

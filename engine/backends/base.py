@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
+from typing import Any
 
 from engine.module import InferenceModule
 from engine.options import RuntimeOptions
@@ -18,10 +19,18 @@ class Runtime(ABC):
     the schema and returns arrays keyed by output name.
     """
 
-    def __init__(self, module: InferenceModule, options: RuntimeOptions) -> None:
+    def __init__(self, module: InferenceModule, options: RuntimeOptions, compiled: Any = None) -> None:
         self.module = module
         self.options = options
+        self.compiled = compiled
         self.calls = 0
+
+    @classmethod
+    def compile(cls, module: InferenceModule, options: RuntimeOptions) -> Any:
+        """Build the backend's shared, read-only artifact (an exported graph, a compiled
+        package, an inference session) once per model; every runtime gets the same object,
+        so its weights exist once. ``eager`` needs none."""
+        return None
 
     @abstractmethod
     def run(self, inputs: Mapping[str, Array]) -> dict[str, Array]: ...
