@@ -72,7 +72,7 @@ def in_process(seconds: float = 2.0) -> dict[str, float]:
             return times
 
         figures[f"infer() round trip, {mode}"] = statistics.median(asyncio.run(loop())) * 1e6
-        figures["model call alone"] = model.time_example_call(repeats=501) * 1e6
+        figures[f"model call alone, {mode} setup"] = model.time_example_call(repeats=501) * 1e6
         model.close()
     return figures
 
