@@ -4,9 +4,10 @@
 split): ORT's ``Run`` is thread-safe and releases the GIL, and each extra session would hold
 its own copy of the weights (~90 MB each on MiniLM). A runtime keeps only its RunOptions.
 
-Measured on the digits CNN (loadtest/bench_backends.py): plain ``session.run`` with numpy
-inputs beats ``run_with_iobinding`` (with or without preallocated outputs), since binding
-costs more Python calls per request than the copy it saves on such small tensors.
+Plain ``session.run`` with numpy inputs, not ``run_with_iobinding``: on the digits CNN (1
+thread, median of 15 x 300 calls) run took 21 us at batch 1 and 200 us at batch 32, an
+IOBinding per runtime 25 / 205 us, and one with preallocated output buffers 29 / 211 us --
+binding costs more Python calls per request than the copies it saves on tensors this small.
 """
 
 from __future__ import annotations
