@@ -2,6 +2,7 @@
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
+PROMTOOL := $(BIN)/promtool
 
 .PHONY: serve test check bench clean
 
@@ -14,8 +15,15 @@ $(STAMP): pyproject.toml
 serve: $(STAMP)
 	$(BIN)/inferpool serve
 
+# promtool lints /metrics in the tests; Debian's prometheus package ships it, and only the
+# binary is extracted (no daemon is installed).
+$(PROMTOOL): | $(STAMP)
+	tmp=$$(mktemp -d) && cd $$tmp && chmod 777 $$tmp && \
+	  { apt-get download prometheus >/dev/null 2>&1 || { apt-get update -qq && apt-get download prometheus; }; } && \
+	  dpkg-deb -x prometheus_*.deb x && cp x/usr/bin/promtool $(abspath $(PROMTOOL)) && rm -rf $$tmp
+
 ## Run the test suite (unit, concurrency and real-server tests).
-test: $(STAMP)
+test: $(STAMP) $(PROMTOOL)
 	$(BIN)/pytest
 
 ## Lint, format check and type check.

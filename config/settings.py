@@ -65,7 +65,22 @@ class Settings(BaseSettings):
         description="On SIGTERM, how long requests already accepted may take to finish before the "
         "server exits. Keep Kubernetes' terminationGracePeriodSeconds above preStop sleep + this.",
     )
+    workers: int = Field(
+        1,
+        ge=1,
+        description="Server processes. Each loads its own copy of the model and gets an equal share "
+        "of the CPUs; prefer 1 (threads share one copy of the weights) and scale out with replicas. "
+        "Raise it only for models so small that the event loop, not inference, is the bottleneck.",
+    )
+    metrics_dir: Path | None = Field(
+        None,
+        description="Where processes share Prometheus metrics when workers > 1 (wiped at start); "
+        "default: a fresh directory under the system temp dir.",
+    )
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log verbosity.")
+    log_format: Literal["plain", "json"] = Field(
+        "plain", description="'json' for one JSON object per line (log shippers), 'plain' for people."
+    )
     runtime: RuntimeOptions = Field(default_factory=RuntimeOptions, description="Engine runtime options.")
 
     @field_validator("model")

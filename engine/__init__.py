@@ -4,7 +4,15 @@ No web framework is imported here; ``service`` is one front end built on this AP
 """
 
 from engine.backends import BACKENDS, Runtime
-from engine.errors import ConfigError, EngineError, InvalidInput, ModelLoadError, NotReady, Overloaded
+from engine.errors import (
+    ConfigError,
+    EngineError,
+    InvalidInput,
+    ModelFailed,
+    ModelLoadError,
+    NotReady,
+    Overloaded,
+)
 from engine.module import InferenceModule
 from engine.options import RuntimeOptions
 from engine.pool import RuntimePool
@@ -20,6 +28,7 @@ __all__ = [
     "EngineError",
     "InferenceModule",
     "InvalidInput",
+    "ModelFailed",
     "ModelLoadError",
     "ModelSpec",
     "NotReady",

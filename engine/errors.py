@@ -1,4 +1,8 @@
-"""Engine errors, by kind; the service maps each kind to one HTTP status at its boundary."""
+"""Engine errors, by kind; the service maps each kind to one HTTP status at its boundary.
+
+Each kind carries a ``reason``: a short, fixed label for metrics (never free text, so that
+label values stay bounded).
+"""
 
 from __future__ import annotations
 
@@ -6,9 +10,13 @@ from __future__ import annotations
 class EngineError(Exception):
     """Base of every error the engine raises on purpose."""
 
+    reason = "engine_error"
+
 
 class InvalidInput(EngineError):
     """The request's tensors do not fit the model's schema (the caller can fix it)."""
+
+    reason = "invalid_input"
 
     def __init__(self, message: str, *, input_name: str | None = None) -> None:
         super().__init__(message)
@@ -18,6 +26,8 @@ class InvalidInput(EngineError):
 class Overloaded(EngineError):
     """Too much work is queued already; retry after ``retry_after`` seconds."""
 
+    reason = "queue_full"
+
     def __init__(self, message: str, *, retry_after: float = 1.0) -> None:
         super().__init__(message)
         self.retry_after = retry_after
@@ -26,10 +36,22 @@ class Overloaded(EngineError):
 class NotReady(EngineError):
     """The model is still loading or warming up, or is shutting down."""
 
+    reason = "not_ready"
+
+
+class ModelFailed(EngineError):
+    """The model raised while running a valid request; details are in the server log."""
+
+    reason = "model_error"
+
 
 class ModelLoadError(EngineError):
     """The configured model could not be loaded; the message says what to change."""
 
+    reason = "model_load"
+
 
 class ConfigError(EngineError):
     """A runtime option cannot work on this machine; the message says what to change."""
+
+    reason = "config"

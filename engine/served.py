@@ -13,9 +13,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 
+import torch
+
 from engine.backends import BACKENDS, Runtime
 from engine.dispatch import Dispatch, InlineDispatch
-from engine.errors import ConfigError, NotReady, Overloaded
+from engine.errors import ConfigError, EngineError, ModelFailed, NotReady, Overloaded
 from engine.module import InferenceModule
 from engine.options import RuntimeOptions
 from engine.pool import RuntimePool
@@ -32,8 +34,13 @@ class Prediction:
     outputs: dict[str, Array]
     single: bool
     """The request was one sample without a batch dimension; so are ``outputs``."""
+    batch_size: int
     queue_seconds: float
+    """From submission until a worker picked the request up."""
+    validate_seconds: float
+    """Checking the inputs against the schema and converting them to arrays."""
     compute_seconds: float
+    """Borrowing a runtime and running the model."""
 
 
 class ServedModel:
@@ -79,8 +86,8 @@ class ServedModel:
         return statistics.median(times)
 
     @classmethod
-    def load(cls, source: str, options: RuntimeOptions, *, max_queue: int = 64) -> ServedModel:
-        plan = plan_threads(options)
+    def load(cls, source: str, options: RuntimeOptions, *, max_queue: int = 64, processes: int = 1) -> ServedModel:
+        plan = plan_threads(options, processes=processes)
         apply_thread_plan(plan)
         started = time.perf_counter()
         module = InferenceModule.from_spec(load_model(source))
@@ -118,15 +125,41 @@ class ServedModel:
         dequeued = time.perf_counter()
         arrays, single = self.schema.coerce_inputs(positional(self.schema, inputs), strict=self.options.check_inputs)
         started = time.perf_counter()
-        outputs = self._run(arrays)
-        compute = time.perf_counter() - started
+        try:
+            outputs = self._run(arrays)
+        except EngineError:
+            raise
+        except Exception as exc:
+            # Logged once here with the traceback; the caller gets a message without internals.
+            log.exception("model %r failed on a request", self.name)
+            raise ModelFailed(
+                f"the model failed on this input ({type(exc).__name__}); the server log has the details"
+            ) from exc
+        finished = time.perf_counter()
+        batch = next(iter(arrays.values())).shape[0] if arrays else 1
         if single:
             outputs = {name: array[0] for name, array in outputs.items()}
-        return Prediction(outputs, single, dequeued - queued_at, compute)
+        return Prediction(outputs, single, batch, dequeued - queued_at, started - dequeued, finished - started)
 
     def _run(self, arrays: Mapping[str, Array]) -> dict[str, Array]:
         with self.pool.borrow() as runtime:
             return runtime.run(arrays)
+
+    def describe(self) -> dict[str, str]:
+        """How this model is being served, for logs and the info metric."""
+        return {
+            "model": self.name,
+            "backend": self.options.backend,
+            "dispatch": self.dispatch_mode,
+            "runtimes": str(self.plan.runtimes),
+            "intra_op_threads": str(self.plan.intra_op_threads),
+            "usable_cpus": str(self.plan.cpus),
+            "torch_version": torch.__version__,
+        }
+
+    @property
+    def busy_runtimes(self) -> int:
+        return self.pool.size - self.pool.idle
 
     def close(self) -> None:
         self.accepting = False

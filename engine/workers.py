@@ -13,6 +13,8 @@ import logging
 import threading
 from collections.abc import Callable
 from contextlib import suppress
+from contextvars import copy_context
+from functools import partial
 from queue import SimpleQueue
 from typing import Any, TypeVar
 
@@ -43,7 +45,8 @@ class WorkerThreads:
     async def run(self, fn: Callable[[], R]) -> R:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[R] = loop.create_future()
-        self._jobs.put((fn, future, loop))
+        # The caller's context (request id for logs, ...) travels with the job: O(1) to copy.
+        self._jobs.put((partial(copy_context().run, fn), future, loop))
         return await future
 
     def run_on_each(self, fn: Callable[[], object], timeout: float = 60.0) -> None:

@@ -11,10 +11,11 @@ from importlib.metadata import PackageNotFoundError, version
 from fastapi import FastAPI
 
 from config import Settings
+from engine import ServedModel
 from service.errors import install_error_handlers
 from service.host import ModelHost
 from service.metrics import Metrics
-from service.middleware import RequestMetrics
+from service.middleware import RequestContext
 from service.openapi import model_aware_openapi
 from service.routes import health, predict
 
@@ -28,10 +29,15 @@ def _version() -> str:
         return "0+unknown"
 
 
+def _announce(model: ServedModel, metrics: Metrics, version: str) -> None:
+    metrics.model_ready(model, version)
+    log.info("serving %s", " ".join(f"{k}={v}" for k, v in model.describe().items()))
+
+
 def create_app(settings: Settings) -> FastAPI:
-    host = ModelHost(settings)
     metrics = Metrics()
-    metrics.watch(host)
+    version = _version()
+    host = ModelHost(settings, on_ready=lambda model: _announce(model, metrics, version))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -47,7 +53,7 @@ def create_app(settings: Settings) -> FastAPI:
 
     app = FastAPI(
         title="InferPool",
-        version=_version(),
+        version=version,
         description="Fast PyTorch model serving on CPUs.",
         lifespan=lifespan,
     )
@@ -56,7 +62,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.metrics = metrics
     app.include_router(predict.router)
     app.include_router(health.router)
-    install_error_handlers(app)
-    app.add_middleware(RequestMetrics, metrics=metrics)
+    install_error_handlers(app, metrics)
+    app.add_middleware(RequestContext, metrics=metrics)
     app.openapi = model_aware_openapi(app, lambda: host.model.schema if host.model else None)  # type: ignore[method-assign]
     return app

@@ -4,16 +4,22 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import uvicorn
 from pydantic import ValidationError
 
-from config import load_settings
+from config import Settings, load_settings
 from engine import ConfigError
 from engine.threads import plan_threads
-from service.app import create_app
+from service.logs import configure_logging
+
+log = logging.getLogger("inferpool")
+SETTINGS_ENV = "INFERPOOL_EFFECTIVE_SETTINGS"  # how worker processes get the parent's settings
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,22 +30,49 @@ def main(argv: list[str] | None = None) -> int:
     args, rest = parser.parse_known_args(argv)
     try:
         settings = load_settings(args.config, rest)
-        plan_threads(settings.runtime)  # refuse an impossible thread budget before binding a port
+        # Refuse an impossible thread budget before binding a port.
+        plan_threads(settings.runtime, processes=settings.workers)
     except (ValidationError, ConfigError, FileNotFoundError) as exc:
         print(f"inferpool: invalid configuration: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    uvicorn.run(
-        create_app(settings),
-        host=settings.host,
-        port=settings.port,
-        loop="uvloop",
-        http="httptools",
-        log_level=settings.log_level,
-        access_log=False,  # one line per request costs more than a small model's inference
-        timeout_graceful_shutdown=settings.drain_seconds,
-    )
+    configure_logging(settings.log_level, settings.log_format)
+    options = {
+        "host": settings.host,
+        "port": settings.port,
+        "loop": "uvloop",
+        "http": "httptools",
+        "log_config": None,  # keep the handler configure_logging installed
+        "access_log": False,  # one line per request costs more than a small model's inference
+        "timeout_graceful_shutdown": settings.drain_seconds,
+    }
+    if settings.workers == 1:
+        from service.app import create_app
+
+        uvicorn.run(create_app(settings), **options)  # type: ignore[arg-type]
+        return 0
+    _share_metrics(settings)
+    os.environ[SETTINGS_ENV] = settings.model_dump_json()
+    uvicorn.run("service.cli:app_from_parent", factory=True, workers=settings.workers, **options)  # type: ignore[arg-type]
     return 0
+
+
+def _share_metrics(settings: Settings) -> None:
+    """prometheus-client's multiprocess mode: one directory for all workers, empty at start
+    (files left by an earlier run would be summed into this one's counters)."""
+    directory = settings.metrics_dir or Path(tempfile.gettempdir()) / f"inferpool-metrics-{os.getpid()}"
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True)
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(directory)
+    log.info("%d worker processes share metrics in %s", settings.workers, directory)
+
+
+def app_from_parent() -> object:
+    """uvicorn's app factory in each worker process: the parent's validated settings."""
+    from service.app import create_app
+
+    settings = Settings.model_validate_json(os.environ[SETTINGS_ENV])
+    configure_logging(settings.log_level, settings.log_format)
+    return create_app(settings)
 
 
 if __name__ == "__main__":

@@ -20,13 +20,13 @@ async def read_body(request: Request, limit: int) -> bytes:
     exceptions that cross every middleware, and clients here are promised JSON errors."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise ApiError(413, f"request body of {declared} bytes exceeds the limit of {limit} bytes")
+        raise ApiError(413, f"request body of {declared} bytes exceeds the limit of {limit} bytes", "body_too_large")
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise ApiError(413, f"request body exceeds the limit of {limit} bytes")
+            raise ApiError(413, f"request body exceeds the limit of {limit} bytes", "body_too_large")
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -34,19 +34,22 @@ async def read_body(request: Request, limit: int) -> bytes:
 def decode_inputs(body: bytes) -> object:
     """``{"inputs": ...}`` -> the inputs; NaN/Infinity literals are not JSON and are refused."""
     if not body:
-        raise ApiError(400, 'request body is empty; send JSON like {"inputs": [...]}')
+        raise ApiError(400, 'request body is empty; send JSON like {"inputs": [...]}', "invalid_json")
     try:
         payload = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        raise ApiError(400, f"request body is not valid JSON: {exc}") from None
+        raise ApiError(400, f"request body is not valid JSON: {exc}", "invalid_json") from None
     if not isinstance(payload, dict) or "inputs" not in payload:
-        raise ApiError(400, 'request body must be a JSON object with an "inputs" field')
+        raise ApiError(400, 'request body must be a JSON object with an "inputs" field', "invalid_json")
     return payload["inputs"]
 
 
+def encode_json(content: Any) -> bytes:
+    return orjson.dumps(content, default=_fallback, option=_DUMP_OPTIONS)
+
+
 def json_response(content: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    body = orjson.dumps(content, default=_fallback, option=_DUMP_OPTIONS)
-    return Response(body, status_code=status, media_type="application/json", headers=headers)
+    return Response(encode_json(content), status_code=status, media_type="application/json", headers=headers)
 
 
 def _fallback(value: object) -> object:

@@ -16,17 +16,21 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from engine import EngineError, InvalidInput, ModelLoadError, NotReady, Overloaded
+from engine import EngineError, InvalidInput, ModelFailed, ModelLoadError, NotReady, Overloaded
+from service.deps import metrics_of
+from service.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
 
 class ApiError(Exception):
-    """A request problem found by the service itself (not JSON, too large, ...)."""
+    """A request problem found by the service itself (not JSON, too large, ...); ``reason``
+    is its fixed metrics label."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, reason: str) -> None:
         super().__init__(message)
         self.status = status
+        self.reason = reason
 
 
 STATUS: dict[type[Exception], int] = {
@@ -34,6 +38,7 @@ STATUS: dict[type[Exception], int] = {
     Overloaded: 503,
     NotReady: 503,
     ModelLoadError: 503,
+    ModelFailed: 500,
 }
 
 # Documented on every route that can produce them, so clients see the error shape.
@@ -50,6 +55,8 @@ def error_response(status: int, message: str, headers: Mapping[str, str] | None 
 
 
 def _engine_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, EngineError)
+    metrics_of(request).observe_error(exc.reason)
     status = next((code for kind, code in STATUS.items() if isinstance(exc, kind)), 500)
     headers = None
     if status == 503:
@@ -60,6 +67,7 @@ def _engine_error(request: Request, exc: Exception) -> Response:
 
 def _api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ApiError)
+    metrics_of(request).observe_error(exc.reason)
     return error_response(exc.status, str(exc))
 
 
@@ -76,7 +84,7 @@ def _validation_error(request: Request, exc: Exception) -> Response:
     return error_response(422, f"invalid request: {problems}")
 
 
-def install_error_handlers(app: FastAPI) -> None:
+def install_error_handlers(app: FastAPI, metrics: Metrics) -> None:
     handlers: dict[type[Exception], Callable[[Request, Exception], Response | Awaitable[Response]]] = {
         EngineError: _engine_error,
         ApiError: _api_error,
@@ -85,15 +93,16 @@ def install_error_handlers(app: FastAPI) -> None:
     }
     for kind, handler in handlers.items():
         app.add_exception_handler(kind, handler)
-    app.add_middleware(ErrorBoundary)
+    app.add_middleware(ErrorBoundary, metrics=metrics)
 
 
 class ErrorBoundary:
     """Catches what no handler claimed. Starlette's own 500 path re-raises to the server,
     which would log the traceback a second time and may answer in plain text."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
         self.app = app
+        self.metrics = metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -110,5 +119,6 @@ class ErrorBoundary:
             await self.app(scope, receive, tracking_send)
         except Exception:
             log.exception("unhandled error on %s %s", scope.get("method"), scope.get("path"))
+            self.metrics.observe_error("internal")
             if not started:
                 await error_response(500, "internal server error; the server log has the details")(scope, receive, send)

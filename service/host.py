@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 from config import Settings
 from engine import NotReady, ServedModel
@@ -14,8 +15,9 @@ log = logging.getLogger(__name__)
 class ModelHost:
     """Owns the ServedModel's lifecycle: loading -> ready -> closed (or failed)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, on_ready: Callable[[ServedModel], None] | None = None) -> None:
         self.settings = settings
+        self._on_ready = on_ready
         self.model: ServedModel | None = None
         self.error: str | None = None
         self._loader = threading.Thread(target=self._load, name="inferpool-loader", daemon=True)
@@ -47,7 +49,13 @@ class ModelHost:
 
     def _load(self) -> None:
         try:
-            self.model = ServedModel.load(self.settings.model, self.settings.runtime, max_queue=self.settings.max_queue)
+            settings = self.settings
+            model = ServedModel.load(
+                settings.model, settings.runtime, max_queue=settings.max_queue, processes=settings.workers
+            )
+            if self._on_ready is not None:
+                self._on_ready(model)
+            self.model = model  # published last: routes see a model only once it is complete
         except Exception as exc:
             self.error = f"{type(exc).__name__}: {exc}"
             log.exception("loading model %r failed", self.settings.model)

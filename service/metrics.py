@@ -1,106 +1,171 @@
-"""Every Prometheus metric the service exports, defined in one place.
+"""Every Prometheus metric the service exports, defined in one place (docs/metrics.md).
 
-Each app gets its own registry so that several apps (tests, several models later) never
-collide. Base units are seconds; buckets start at 50 µs because a warm small model answers
-in well under a millisecond and coarser buckets would hide the server's own overhead.
+Base units are seconds; latency buckets start at 25 µs because a warm small model answers in
+well under a millisecond and coarser buckets would hide the server's own overhead. Each app
+gets its own registry, so several apps in one process (tests) never collide. With
+``PROMETHEUS_MULTIPROC_DIR`` set (several server processes), values live in shared files and
+``render`` aggregates every process's; gauges then sum over live processes.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+import os
+from dataclasses import dataclass
+from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
 
-if TYPE_CHECKING:
-    from service.host import ModelHost
+from engine import ServedModel
 
 log = logging.getLogger(__name__)
 
 LATENCY_BUCKETS = (
-    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+    0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.0025, 0.005, 0.0075,
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 )  # fmt: skip
+# Validation and encoding of a small request take microseconds, not milliseconds.
+FAST_BUCKETS = (0.000005, 0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.01, 0.1, 1.0)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+# Refusals that protect the service (the client should retry elsewhere or later), as opposed
+# to failures (the request itself or the model is at fault).
+REJECTION_REASONS = frozenset({"queue_full", "not_ready", "body_too_large", "predicted_wait", "deadline", "auth"})
+
+
+def multiprocess_dir() -> str | None:
+    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
 
 
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, latency_buckets: tuple[float, ...] = LATENCY_BUCKETS) -> None:
         self.registry = CollectorRegistry()
+        r = self.registry
+
+        def phase(name: str, doc: str, buckets: tuple[float, ...] = latency_buckets) -> Histogram:
+            return Histogram(name, doc, ["model"], buckets=buckets, registry=r)
+
+        def gauge(name: str, doc: str, mode: str = "livesum", labels: tuple[str, ...] = ("model",)) -> Gauge:
+            return Gauge(name, doc, labels, registry=r, multiprocess_mode=mode)  # type: ignore[arg-type]
+
         self.requests = Counter(
-            "inferpool_requests",
-            "HTTP requests answered, by route template and status code.",
-            ["route", "status"],
-            registry=self.registry,
-        )
+            "inferpool_requests", "HTTP requests answered, by route template and status code.",
+            ["route", "status"], registry=r,
+        )  # fmt: skip
         self.request_seconds = Histogram(
-            "inferpool_request_duration_seconds",
-            "End-to-end time from receiving a request to sending its response.",
-            ["route"],
-            buckets=LATENCY_BUCKETS,
-            registry=self.registry,
+            "inferpool_request_duration_seconds", "End to end: request received to response sent.",
+            ["route"], buckets=latency_buckets, registry=r,
+        )  # fmt: skip
+        self.decode_seconds = phase(
+            "inferpool_decode_seconds", "Reading and parsing the body and checking it against the schema.",
+            FAST_BUCKETS,
+        )  # fmt: skip
+        self.queue_seconds = phase("inferpool_queue_wait_seconds", "Waiting for a worker thread.")
+        self.batch_seconds = phase(
+            "inferpool_batch_formation_seconds", "Waiting for a batch to fill (observed once batching is on)."
         )
-        self.queue_seconds = Histogram(
-            "inferpool_queue_wait_seconds",
-            "Time a request waited for a worker thread.",
-            ["model"],
-            buckets=LATENCY_BUCKETS,
-            registry=self.registry,
+        self.compute_seconds = phase("inferpool_inference_seconds", "Borrowing a runtime and running the model.")
+        self.encode_seconds = phase("inferpool_encode_seconds", "Encoding the response body.", FAST_BUCKETS)
+        self.overhead_seconds = phase(
+            "inferpool_server_overhead_seconds", "End to end minus inference: what the server itself costs."
         )
-        self.compute_seconds = Histogram(
-            "inferpool_inference_seconds",
-            "Time a runtime spent running the model for one request.",
-            ["model"],
-            buckets=LATENCY_BUCKETS,
-            registry=self.registry,
+        self.batch_size = Histogram(
+            "inferpool_batch_size", "Samples per model call.", ["model"], buckets=BATCH_BUCKETS, registry=r
+        )
+        self.rejections = Counter(
+            "inferpool_rejections", "Requests refused to protect the service, by reason.", ["reason"], registry=r
+        )
+        self.failures = Counter("inferpool_failures", "Requests that failed, by reason.", ["reason"], registry=r)
+        self.in_flight = gauge("inferpool_inflight_requests", "Requests accepted and not yet answered.")
+        self.queue_depth = gauge("inferpool_queue_depth", "Accepted requests waiting for a runtime.")
+        self.runtimes_busy = gauge("inferpool_runtimes_busy", "Runtimes running a request.")
+        self.runtimes_idle = gauge("inferpool_runtimes_idle", "Runtimes free to take a request.")
+        self.runtimes = gauge("inferpool_runtimes", "Runtimes configured.")
+        self.threads = gauge("inferpool_threads", "Inference threads configured (runtimes x intra-op threads).")
+        self.info = gauge(
+            "inferpool_build_info",
+            "Always 1; the labels say what is serving.",
+            mode="max",
+            labels=("version", "model", "backend", "dispatch", "torch_version"),
         )
 
-    def watch(self, host: ModelHost) -> None:
-        """Export the host's live pool state, read at scrape time (no per-request cost)."""
-        self.registry.register(PoolCollector(host))
+    def model_ready(self, model: ServedModel, version: str) -> None:
+        facts = model.describe()
+        self.runtimes.labels(model.name).set(model.pool.size)
+        self.threads.labels(model.name).set(model.plan.threads)
+        self.info.labels(version, model.name, facts["backend"], facts["dispatch"], facts["torch_version"]).set(1)
+        self.refresh(model)
 
-    def observe_request(self, route: str, status: int, seconds: float) -> None:
-        try:
+    def refresh(self, model: ServedModel) -> None:
+        """Copy the pool's live state into the gauges (cheap: three mmap or float writes)."""
+        busy = model.busy_runtimes
+        self.in_flight.labels(model.name).set(model.in_flight)
+        self.runtimes_busy.labels(model.name).set(busy)
+        self.runtimes_idle.labels(model.name).set(model.pool.size - busy)
+        self.queue_depth.labels(model.name).set(max(0, model.in_flight - busy))
+
+    def observe_request(self, route: str, status: int, seconds: float, inference: Inference | None) -> None:
+        with _Guard("request"):
             self.requests.labels(route, str(status)).inc()
             self.request_seconds.labels(route).observe(seconds)
-        except Exception:  # a metrics failure must never fail a request
-            log.exception("recording request metrics failed")
+            if inference is not None:
+                self.overhead_seconds.labels(inference.model).observe(seconds - inference.compute_seconds)
 
-    def observe_inference(self, model: str, queue_seconds: float, compute_seconds: float) -> None:
-        try:
-            self.queue_seconds.labels(model).observe(queue_seconds)
-            self.compute_seconds.labels(model).observe(compute_seconds)
-        except Exception:
-            log.exception("recording inference metrics failed")
+    def observe_inference(self, inference: Inference) -> None:
+        with _Guard("inference"):
+            model = inference.model
+            self.decode_seconds.labels(model).observe(inference.decode_seconds)
+            self.queue_seconds.labels(model).observe(inference.queue_seconds)
+            self.compute_seconds.labels(model).observe(inference.compute_seconds)
+            self.encode_seconds.labels(model).observe(inference.encode_seconds)
+            self.batch_size.labels(model).observe(inference.batch_size)
+
+    def observe_error(self, reason: str) -> None:
+        with _Guard("error"):
+            (self.rejections if reason in REJECTION_REASONS else self.failures).labels(reason).inc()
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        directory = multiprocess_dir()
+        if directory is None:
+            return generate_latest(self.registry)
+        merged = CollectorRegistry()
+        multiprocess.MultiProcessCollector(merged, path=directory)  # type: ignore[no-untyped-call]
+        return generate_latest(merged)
 
 
-class PoolCollector(Collector):
-    """Gauges of the serving pool; an autoscaler scales on in-flight requests per pod."""
+@dataclass(frozen=True)
+class Inference:
+    """One request's phases, as the route measured them (seconds)."""
 
-    def __init__(self, host: ModelHost) -> None:
-        self.host = host
+    model: str
+    decode_seconds: float
+    queue_seconds: float
+    compute_seconds: float
+    encode_seconds: float
+    batch_size: int
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        model = self.host.model
-        gauges = {
-            "inferpool_inflight_requests": "Requests accepted and not yet answered (running or queued).",
-            "inferpool_queue_depth": "Requests accepted and waiting for a runtime.",
-            "inferpool_runtimes_busy": "Runtimes currently running a request.",
-            "inferpool_runtimes": "Runtimes in the pool.",
-        }
-        families = {name: GaugeMetricFamily(name, doc, labels=["model"]) for name, doc in gauges.items()}
-        if model is not None:
-            busy = model.pool.size - model.pool.idle
-            values = {
-                "inferpool_inflight_requests": model.in_flight,
-                "inferpool_queue_depth": max(0, model.in_flight - busy),
-                "inferpool_runtimes_busy": busy,
-                "inferpool_runtimes": model.pool.size,
-            }
-            for name, value in values.items():
-                families[name].add_metric([model.name], value)
-        yield from families.values()
+    def server_timing(self, total_seconds: float) -> str:
+        """The ``Server-Timing`` header value (milliseconds, as the standard has it)."""
+        phases = (
+            ("decode", self.decode_seconds),
+            ("queue", self.queue_seconds),
+            ("inference", self.compute_seconds),
+            ("encode", self.encode_seconds),
+            ("total", total_seconds),
+        )
+        return ", ".join(f"{name};dur={seconds * 1e3:.3f}" for name, seconds in phases)
+
+
+class _Guard:
+    """A metrics failure must never fail a request: log it and carry on."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> bool:
+        if exc_type is not None and issubclass(exc_type, Exception):
+            log.exception("recording %s metrics failed", self.what)
+            return True
+        return False

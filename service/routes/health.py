@@ -29,5 +29,7 @@ async def ready(host: HostDep) -> Response:
 
 
 @router.get("/metrics", summary="Prometheus metrics", response_class=Response)
-async def metrics(metrics: MetricsDep) -> Response:
+async def metrics(metrics: MetricsDep, host: HostDep) -> Response:
+    if host.model is not None:
+        metrics.refresh(host.model)
     return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)

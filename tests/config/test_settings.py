@@ -6,6 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from config import DEFAULT_CONFIG_FILE, load_settings
+from engine import BACKENDS
 
 
 def test_default_file_and_class_defaults_agree(monkeypatch, tmp_path):
@@ -32,7 +33,7 @@ def test_priority_is_cli_then_env_then_file(monkeypatch, tmp_path):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--runtime.backend", "tensorrt"], "runtime.backend 'tensorrt' is unknown; choose one of ['eager']"),
+        (["--runtime.backend", "tensorrt"], f"runtime.backend 'tensorrt' is unknown; choose one of {sorted(BACKENDS)}"),
         (["--runtime.intra-op-threads", "0"], "intra_op_threads=0 is invalid: use 1 or more"),
         (["--model", "mymodel"], "must be 'package.module:function' or a path ending in .pt2"),
         (["--model", "missing.pt2"], "does not exist"),

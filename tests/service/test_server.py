@@ -9,6 +9,7 @@ import httpx2
 import numpy as np
 import pytest
 
+from engine import BACKENDS
 from loadtest.server import INFERPOOL, run_server, wait_ready
 
 SLOW_LOAD = "tests.slow_model:build"
@@ -91,7 +92,7 @@ def test_invalid_config_exits_2_with_a_fix():
         [INFERPOOL, "serve", "--runtime.backend", "nope"], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 2
-    assert "runtime.backend 'nope' is unknown; choose one of ['eager']" in result.stderr
+    assert f"runtime.backend 'nope' is unknown; choose one of {sorted(BACKENDS)}" in result.stderr
 
 
 def test_impossible_thread_budget_is_refused_before_binding():
