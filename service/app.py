@@ -17,7 +17,7 @@ from service.host import ModelHost
 from service.metrics import Metrics
 from service.middleware import RequestContext
 from service.openapi import model_aware_openapi
-from service.routes import health, predict
+from service.routes import health, predict, v2
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +62,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.metrics = metrics
     app.include_router(predict.router)
     app.include_router(health.router)
+    app.include_router(v2.router)
     install_error_handlers(app, metrics)
     app.add_middleware(RequestContext, metrics=metrics)
     app.openapi = model_aware_openapi(app, lambda: host.model.schema if host.model else None)  # type: ignore[method-assign]

@@ -13,7 +13,7 @@ from service.errors import ApiError
 _DUMP_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
 
 
-async def read_body(request: Request, limit: int) -> bytes:
+async def read_body(request: Request, limit: int) -> bytearray:
     """The whole body, refusing (413) before buffering more than ``limit`` bytes.
 
     Not FastAPI's ``max_body_size``: that answers 413 in plain text and signals through
@@ -21,6 +21,8 @@ async def read_body(request: Request, limit: int) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise ApiError(413, f"request body of {declared} bytes exceeds the limit of {limit} bytes", "body_too_large")
+    # A bytearray costs the same single join as bytes, and numpy views of it are writable,
+    # which lets torch take binary tensors from the body without a copy.
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
@@ -28,10 +30,10 @@ async def read_body(request: Request, limit: int) -> bytes:
         if size > limit:
             raise ApiError(413, f"request body exceeds the limit of {limit} bytes", "body_too_large")
         chunks.append(chunk)
-    return b"".join(chunks)
+    return bytearray().join(chunks)
 
 
-def decode_inputs(body: bytes) -> object:
+def decode_inputs(body: bytes | bytearray) -> object:
     """``{"inputs": ...}`` -> the inputs; NaN/Infinity literals are not JSON and are refused."""
     if not body:
         raise ApiError(400, 'request body is empty; send JSON like {"inputs": [...]}', "invalid_json")

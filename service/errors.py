@@ -49,6 +49,18 @@ ERROR_SCHEMA = {
 }
 
 
+def documented_error(description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": ERROR_SCHEMA}}}
+
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    400: documented_error("The request does not fit the protocol or the model's schema."),
+    404: documented_error("No such model or version."),
+    413: documented_error("The body exceeds max_body_bytes."),
+    503: documented_error("Not ready, or too many requests are queued (see Retry-After)."),
+}
+
+
 def error_response(status: int, message: str, headers: Mapping[str, str] | None = None, **extra: Any) -> Response:
     body = {"error": message} | {k: v for k, v in extra.items() if v is not None}
     return Response(orjson.dumps(body), status_code=status, media_type="application/json", headers=headers)

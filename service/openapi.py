@@ -9,12 +9,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from engine import Schema, TensorSpec
-from service.errors import ERROR_SCHEMA
-
-
-def _error(description: str) -> dict[str, Any]:
-    return {"description": description, "content": {"application/json": {"schema": ERROR_SCHEMA}}}
-
+from service.errors import documented_error
 
 PREDICT_REQUEST: dict[str, Any] = {
     "required": True,
@@ -26,11 +21,11 @@ PREDICT_REQUEST: dict[str, Any] = {
 }
 PREDICT_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"description": "The model's outputs, keyed by output name."},
-    400: _error("The body is not JSON, or an input does not fit the model's schema (named in 'input')."),
-    413: _error("The body exceeds max_body_bytes."),
-    503: _error("The model is not ready, or too many requests are queued (see Retry-After)."),
+    400: documented_error("The body is not JSON, or an input does not fit the model's schema (named in 'input')."),
+    413: documented_error("The body exceeds max_body_bytes."),
+    503: documented_error("The model is not ready, or too many requests are queued (see Retry-After)."),
 }
-HEALTH_RESPONSES: dict[int | str, dict[str, Any]] = {503: _error("Not ready, or the model failed to load.")}
+HEALTH_RESPONSES: dict[int | str, dict[str, Any]] = {503: documented_error("Not ready, or the model failed to load.")}
 
 
 def _batch_of(spec: TensorSpec) -> dict[str, Any]:

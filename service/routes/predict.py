@@ -8,9 +8,8 @@ from fastapi import APIRouter, Request, Response
 
 from service.codec import decode_inputs, encode_json, read_body
 from service.deps import host_of, metrics_of
-from service.metrics import Inference
-from service.middleware import INFERENCE, STARTED
 from service.openapi import PREDICT_REQUEST, PREDICT_RESPONSES
+from service.timing import record
 
 router = APIRouter()
 
@@ -36,17 +35,9 @@ async def predict(request: Request) -> Response:
     prediction = await model.infer(inputs)
     encoding = time.perf_counter()
     body = encode_json({"model": model.name, "outputs": prediction.outputs})
-    encoded = time.perf_counter()
-    inference = Inference(
-        model=model.name,
-        decode_seconds=parsed - received + prediction.validate_seconds,
-        queue_seconds=prediction.queue_seconds,
-        compute_seconds=prediction.compute_seconds,
-        encode_seconds=encoded - encoding,
-        batch_size=prediction.batch_size,
-    )
-    request.scope[INFERENCE] = inference
-    metrics.observe_inference(inference)
+    headers = record(
+        request, metrics, model.name, prediction,
+        received=received, parsed=parsed, encoding=encoding, encoded=time.perf_counter(),
+    )  # fmt: skip
     metrics.refresh(model)
-    timing = inference.server_timing(encoded - request.scope.get(STARTED, received))
-    return Response(body, media_type="application/json", headers={"Server-Timing": timing})
+    return Response(body, media_type="application/json", headers=headers)
