@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -20,7 +20,39 @@ from pydantic_settings import (
 from engine import BACKENDS, DEFAULT_MODEL, RuntimeOptions
 
 DEFAULT_CONFIG_FILE = Path(__file__).with_name("default.toml")
+AUTH_EXEMPT = ("/health/live", "/health/ready", "/metrics", "/v2/health/live", "/v2/health/ready")
 _config_file: ContextVar[Path] = ContextVar("config_file", default=DEFAULT_CONFIG_FILE)
+
+
+def check_source(value: str) -> str:
+    if value.endswith(".pt2"):
+        if not Path(value).is_file():
+            raise ValueError(f"model archive {value!r} does not exist; give the path of a torch.export .pt2 file")
+    elif ":" not in value:
+        raise ValueError(f"model {value!r} must be 'package.module:function' or a path ending in .pt2")
+    return value
+
+
+def check_backend(value: RuntimeOptions) -> RuntimeOptions:
+    if value.backend not in BACKENDS:
+        raise ValueError(f"runtime.backend {value.backend!r} is unknown; choose one of {sorted(BACKENDS)}")
+    return value
+
+
+class ModelEntry(BaseModel):
+    """One more model served beside the default one (``[[models]]`` in the config file)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: Annotated[str, AfterValidator(check_source)] = Field(
+        description="A factory 'package.module:function' or a torch.export archive 'path/model.pt2'."
+    )
+    name: str | None = Field(
+        None, description="Name in URLs (/predict/{name}, /v2/models/{name}); default: the model's own."
+    )
+    runtime: Annotated[RuntimeOptions, AfterValidator(check_backend)] | None = Field(
+        None, description="Runtime options for this model; default: the top-level [runtime]."
+    )
 
 
 class Settings(BaseSettings):
@@ -77,28 +109,41 @@ class Settings(BaseSettings):
         description="Where processes share Prometheus metrics when workers > 1 (wiped at start); "
         "default: a fresh directory under the system temp dir.",
     )
+    api_key: SecretStr | None = Field(
+        None,
+        description="When set, every route except auth_exempt needs 'Authorization: Bearer <key>' or "
+        "'X-API-Key: <key>' (401 otherwise). Pass it by env (INFERPOOL_API_KEY), not on the command line.",
+    )
+    auth_exempt: list[str] = Field(
+        default_factory=lambda: list(AUTH_EXEMPT),
+        description="Paths reachable without the API key: health probes and the metrics scrape by default.",
+    )
+    cors_origins: list[str] = Field(
+        default_factory=list,
+        description="Browser origins allowed to call the API (e.g. https://app.example.com); empty = CORS off. "
+        "'*' is refused: name the origins.",
+    )
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log verbosity.")
     log_format: Literal["plain", "json"] = Field(
         "plain", description="'json' for one JSON object per line (log shippers), 'plain' for people."
     )
     runtime: RuntimeOptions = Field(default_factory=RuntimeOptions, description="Engine runtime options.")
+    models: list[ModelEntry] = Field(
+        default_factory=list,
+        description="Further models to serve beside 'model', each at /predict/{name} and /v2/models/{name}; "
+        "the CPUs are split equally between all models' pools.",
+    )
 
-    @field_validator("model")
+    @field_validator("cors_origins")
     @classmethod
-    def _model_source(cls, value: str) -> str:
-        if value.endswith(".pt2"):
-            if not Path(value).is_file():
-                raise ValueError(f"model archive {value!r} does not exist; give the path of a torch.export .pt2 file")
-        elif ":" not in value:
-            raise ValueError(f"model {value!r} must be 'package.module:function' or a path ending in .pt2")
+    def _explicit_origins(cls, value: list[str]) -> list[str]:
+        for origin in value:
+            if origin == "*" or not origin.startswith(("http://", "https://")):
+                raise ValueError(f"CORS origin {origin!r} must be an explicit origin like 'https://app.example.com'")
         return value
 
-    @field_validator("runtime")
-    @classmethod
-    def _known_backend(cls, value: RuntimeOptions) -> RuntimeOptions:
-        if value.backend not in BACKENDS:
-            raise ValueError(f"runtime.backend {value.backend!r} is unknown; choose one of {sorted(BACKENDS)}")
-        return value
+    _model_source = field_validator("model")(check_source)
+    _known_backend = field_validator("runtime")(check_backend)
 
     @classmethod
     def settings_customise_sources(

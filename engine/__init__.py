@@ -6,12 +6,14 @@ No web framework is imported here; ``service`` is one front end built on this AP
 from engine.backends import BACKENDS, Runtime
 from engine.errors import (
     ConfigError,
+    DeadlineExceeded,
     EngineError,
     InvalidInput,
     ModelFailed,
     ModelLoadError,
     NotReady,
     Overloaded,
+    PredictedWaitExceeded,
 )
 from engine.module import InferenceModule
 from engine.options import RuntimeOptions
@@ -25,6 +27,7 @@ __all__ = [
     "BACKENDS",
     "DEFAULT_MODEL",
     "ConfigError",
+    "DeadlineExceeded",
     "EngineError",
     "InferenceModule",
     "InvalidInput",
@@ -33,6 +36,7 @@ __all__ = [
     "ModelSpec",
     "NotReady",
     "Overloaded",
+    "PredictedWaitExceeded",
     "Prediction",
     "Runtime",
     "RuntimeOptions",

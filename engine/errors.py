@@ -55,3 +55,17 @@ class ConfigError(EngineError):
     """A runtime option cannot work on this machine; the message says what to change."""
 
     reason = "config"
+
+
+class PredictedWaitExceeded(Overloaded):
+    """The work queued ahead would make this request finish after its deadline, so it was
+    refused at once instead of timing out later; ``retry_after`` is the predicted drain time."""
+
+    reason = "predicted_wait"
+
+
+class DeadlineExceeded(EngineError):
+    """The request's deadline passed: while queued (it never ran) or while running (the
+    caller stopped waiting; the run finished in the background)."""
+
+    reason = "deadline"

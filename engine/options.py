@@ -55,6 +55,25 @@ class RuntimeOptions:
     borrow_timeout: float = 5.0
     """Seconds a worker waits for a free runtime before the request fails as overloaded."""
 
+    max_batch_size: int = 1
+    """Most samples one model call may carry when concurrent requests are batched together
+    (1 = batching off: each request is its own call). Batching pays off when a call's fixed
+    cost (Python dispatch between ops, kernel launch) is large next to its per-sample cost and
+    many clients send small requests at once; raise it to the batch size where a call's time
+    per sample stops falling (loadtest/bench_batching.py measures it). Leave it at 1 for
+    models whose outputs have no batch dimension, or when latency at low load matters most."""
+
+    max_queue_delay_us: float = 500.0
+    """How long, in microseconds, the first request of a batch may wait for company before
+    the batch runs anyway (only with ``max_batch_size`` > 1). Under load batches fill from
+    the queue without waiting; this only adds latency when traffic is light. Lower it for
+    tighter latency, raise it (towards one model call's time) for fuller batches."""
+
+    preferred_batch_sizes: tuple[int, ...] = ()
+    """Batch sizes at which a forming batch runs at once instead of waiting for more company
+    (``max_batch_size`` always is one). Set them to sizes the backend runs especially well
+    (e.g. ones it was compiled or tuned for); () waits for ``max_batch_size`` or the delay."""
+
     def __post_init__(self) -> None:
         checks = {
             "num_runtimes": (self.num_runtimes >= 0, "use 0 for automatic or a positive count"),
@@ -63,7 +82,19 @@ class RuntimeOptions:
             "borrow_timeout": (self.borrow_timeout > 0, "use a positive number of seconds"),
             "dispatch": (self.dispatch in DISPATCH_MODES, f"use one of {DISPATCH_MODES}"),
             "inline_below_us": (self.inline_below_us >= 0, "use a non-negative number of microseconds"),
+            "max_batch_size": (self.max_batch_size >= 1, "use 1 to turn batching off, or the largest batch to run"),
+            "max_queue_delay_us": (
+                self.max_queue_delay_us >= 0,
+                "use a non-negative number of microseconds (0 = run whatever is queued at once)",
+            ),
+            "preferred_batch_sizes": (
+                all(1 <= size <= self.max_batch_size for size in self.preferred_batch_sizes),
+                f"use sizes between 1 and max_batch_size ({self.max_batch_size}), or () for none",
+            ),
         }
+        if self.max_batch_size > 1 and self.dispatch == "inline":
+            fix = "batching runs on worker threads: use 'threads' or 'auto', or max_batch_size=1"
+            checks["dispatch"] = (False, fix)
         for name, (ok, fix) in checks.items():
             if not ok:
                 raise ValueError(f"{name}={getattr(self, name)!r} is invalid: {fix}")

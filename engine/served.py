@@ -1,23 +1,27 @@
 """ServedModel: the engine's narrow API for a front end.
 
 One InferenceModule, a RuntimePool built from it, and the worker threads that borrow from the
-pool. The service calls ``await model.infer(inputs)`` and never sees torch.
+pool (each request its own call, or batched: ``engine.batching``). The service calls
+``await model.infer(inputs, deadline)`` and never sees torch.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import statistics
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 
+import numpy as np
 import torch
 
+from engine.admission import Admission, ServiceTimes, count_samples
 from engine.backends import BACKENDS, Runtime
+from engine.batching import Batcher, Prediction
 from engine.dispatch import Dispatch, InlineDispatch
-from engine.errors import ConfigError, EngineError, ModelFailed, NotReady, Overloaded
+from engine.errors import ConfigError, DeadlineExceeded, EngineError, ModelFailed, NotReady, Overloaded
 from engine.module import InferenceModule
 from engine.options import RuntimeOptions
 from engine.pool import RuntimePool
@@ -28,19 +32,7 @@ from engine.workers import WorkerThreads
 
 log = logging.getLogger(__name__)
 
-
-@dataclass(frozen=True)
-class Prediction:
-    outputs: dict[str, Array]
-    single: bool
-    """The request was one sample without a batch dimension; so are ``outputs``."""
-    batch_size: int
-    queue_seconds: float
-    """From submission until a worker picked the request up."""
-    validate_seconds: float
-    """Checking the inputs against the schema and converting them to arrays."""
-    compute_seconds: float
-    """Borrowing a runtime and running the model."""
+__all__ = ["Prediction", "ServedModel"]  # Prediction lives with the batcher, which builds most of them
 
 
 class ServedModel:
@@ -58,14 +50,61 @@ class ServedModel:
         for runtime in runtimes:
             runtime.warmup()
         self.pool: RuntimePool[Runtime] = RuntimePool(runtimes, timeout=options.borrow_timeout)
+        self.service_times = ServiceTimes()
+        example_seconds = self._seed_service_times()
+        self.admission = Admission(self.service_times, plan.runtimes, options.max_batch_size)
+        self.batcher: Batcher | None = None
         mode = options.dispatch
-        if mode == "auto":
-            mode = "inline" if self.time_example_call() * 1e6 < options.inline_below_us else "threads"
+        if options.max_batch_size > 1:
+            mode = "threads"  # the batcher's own workers; options rule out "inline"
+            self.batcher = self._start_batcher()
+        elif mode == "auto":
+            mode = "inline" if example_seconds * 1e6 < options.inline_below_us else "threads"
         self.dispatch_mode = mode
         dispatchers: dict[str, Callable[[], Dispatch]] = {"inline": InlineDispatch, "threads": self._start_workers}
-        self.dispatch = dispatchers[mode]()
+        # With batching the batcher runs everything; ``dispatch`` stays a no-op for close().
+        self.dispatch = InlineDispatch() if self.batcher else dispatchers[mode]()
         self.in_flight = 0
         self.accepting = True
+
+    def _seed_service_times(self) -> float:
+        """Time warm calls at batch 1 and at a full batch (max_batch_size, at least 8), so that
+        admission control has the fixed and the per-sample cost before the first request;
+        returns the batch-1 median."""
+        seconds = self.time_example_call(repeats=3)
+        if all(spec.batched for spec in self.schema.inputs):
+            example = self.module.example_inputs
+            size, rows = max(8, self.options.max_batch_size), next(iter(example.values())).shape[0]
+            full = {name: np.concatenate([a] * -(-size // rows))[:size] for name, a in example.items()}
+            for _ in range(2):
+                self._call(full)
+        return seconds
+
+    def _start_batcher(self) -> Batcher:
+        specs = self.schema.inputs + self.schema.outputs
+        if not all(spec.batched for spec in specs):
+            raise ConfigError(
+                f"model {self.name!r} has inputs or outputs without a batch dimension, so requests cannot be "
+                "batched together: set max_batch_size=1"
+            )
+
+        def init() -> None:
+            init_worker_thread(self.plan)
+            if self.options.warmup_iters:  # per-thread state (OpenMP team, allocator) is lazy
+                self._run(self.module.example_inputs)
+
+        return Batcher(
+            threads=self.plan.runtimes,
+            name=f"{self.name}-batcher",
+            max_batch_size=self.options.max_batch_size,
+            max_delay=self.options.max_queue_delay_us * 1e-6,
+            preferred=self.options.preferred_batch_sizes,
+            coerce=self._coerce,
+            run=self._call,
+            done=self.admission.leave,
+            call_seconds=self.service_times.predict,
+            initializer=init,
+        )
 
     def _start_workers(self) -> WorkerThreads:
         workers = WorkerThreads(
@@ -81,7 +120,7 @@ class ServedModel:
         times = []
         for _ in range(repeats):
             started = time.perf_counter()
-            self._run(self.module.example_inputs)
+            self._call(self.module.example_inputs)
             times.append(time.perf_counter() - started)
         return statistics.median(times)
 
@@ -108,22 +147,74 @@ class ServedModel:
     def schema(self) -> Schema:
         return self.module.schema
 
-    async def infer(self, inputs: object) -> Prediction:
-        """Validate and run one request on a worker thread; raises InvalidInput/Overloaded."""
+    async def infer(self, inputs: object, deadline: float | None = None) -> Prediction:
+        """Validate and run one request on a worker thread.
+
+        ``deadline`` is an absolute ``time.monotonic()`` value (None = none). Raises
+        InvalidInput, Overloaded (queue full), PredictedWaitExceeded (the work ahead would make
+        it late: refused at once), DeadlineExceeded (it passed while queued, and the request
+        never ran, or while running, and the run finishes in the background), ModelFailed.
+        """
         if not self.accepting:
             raise NotReady(f"model {self.name!r} is shutting down")
+        admission = self.admission
+        # Counted until a worker is done with a request, not until its caller stops waiting, so
+        # that requests whose callers timed out cannot pile up beyond the bound.
+        if admission.requests >= self.max_queue + self.plan.runtimes:
+            raise Overloaded(f"{admission.requests} requests are already in flight for model {self.name!r}")
+        samples = count_samples(self.schema, inputs)
+        if deadline is not None:
+            budget = deadline - time.monotonic()
+            if budget <= 0:
+                raise DeadlineExceeded(f"the request's deadline passed before model {self.name!r} got it")
+            admission.check(samples, budget)
+        admission.enter(samples)
         # Only the event loop touches in_flight, so a plain int is race-free.
-        if self.in_flight >= self.max_queue + self.plan.runtimes:
-            raise Overloaded(f"{self.in_flight} requests are already in flight for model {self.name!r}")
         self.in_flight += 1
         try:
-            return await self.dispatch.run(partial(self._predict, inputs, time.perf_counter()))
+            if self.batcher is not None:
+                pending = self.batcher.submit(inputs, samples, deadline)
+                return await (pending if deadline is None else self._until(pending, deadline))
+            job = partial(self._predict, inputs, time.perf_counter(), samples, deadline)
+            if deadline is None:
+                return await self.dispatch.run(job)
+            return await self._until(self.dispatch.run(job), deadline)
         finally:
             self.in_flight -= 1
 
-    def _predict(self, inputs: object, queued_at: float) -> Prediction:
-        dequeued = time.perf_counter()
-        arrays, single = self.schema.coerce_inputs(positional(self.schema, inputs), strict=self.options.check_inputs)
+    async def _until(self, pending: Awaitable[Prediction], deadline: float) -> Prediction:
+        # asyncio.timeout cancels only this task's wait (no extra task, unlike wait_for); the
+        # worker sees the cancelled future and drops the answer; the runtime goes back as usual.
+        timeout = asyncio.timeout(deadline - time.monotonic())
+        try:
+            async with timeout:
+                return await pending
+        except TimeoutError:
+            if not timeout.expired():
+                raise
+            raise DeadlineExceeded(f"the request's deadline passed while model {self.name!r} ran it") from None
+
+    def _coerce(self, inputs: object) -> tuple[dict[str, Array], bool]:
+        return self.schema.coerce_inputs(positional(self.schema, inputs), strict=self.options.check_inputs)
+
+    def _predict(self, inputs: object, queued_at: float, samples: int, deadline: float | None) -> Prediction:
+        try:
+            dequeued = time.perf_counter()
+            if deadline is not None and time.monotonic() >= deadline:
+                raise DeadlineExceeded("the request's deadline passed while it was queued; it never ran")
+            arrays, single = self._coerce(inputs)
+            started = time.perf_counter()
+            outputs = self._call(arrays)
+            finished = time.perf_counter()
+        finally:
+            self.admission.leave(samples)
+        batch = next(iter(arrays.values())).shape[0] if arrays else 1
+        if single:
+            outputs = {name: array[0] for name, array in outputs.items()}
+        return Prediction(outputs, single, batch, dequeued - queued_at, started - dequeued, finished - started)
+
+    def _call(self, arrays: Mapping[str, Array]) -> dict[str, Array]:
+        """One model call, timed for admission control; model exceptions become ModelFailed."""
         started = time.perf_counter()
         try:
             outputs = self._run(arrays)
@@ -135,11 +226,9 @@ class ServedModel:
             raise ModelFailed(
                 f"the model failed on this input ({type(exc).__name__}); the server log has the details"
             ) from exc
-        finished = time.perf_counter()
-        batch = next(iter(arrays.values())).shape[0] if arrays else 1
-        if single:
-            outputs = {name: array[0] for name, array in outputs.items()}
-        return Prediction(outputs, single, batch, dequeued - queued_at, started - dequeued, finished - started)
+        rows = next(iter(arrays.values())).shape[0] if arrays else 1
+        self.service_times.observe(rows, time.perf_counter() - started)
+        return outputs
 
     def _run(self, arrays: Mapping[str, Array]) -> dict[str, Array]:
         with self.pool.borrow() as runtime:
@@ -151,6 +240,7 @@ class ServedModel:
             "model": self.name,
             "backend": self.options.backend,
             "dispatch": self.dispatch_mode,
+            "max_batch_size": str(self.options.max_batch_size),
             "runtimes": str(self.plan.runtimes),
             "intra_op_threads": str(self.plan.intra_op_threads),
             "usable_cpus": str(self.plan.cpus),
@@ -164,3 +254,5 @@ class ServedModel:
     def close(self) -> None:
         self.accepting = False
         self.dispatch.close()
+        if self.batcher is not None:
+            self.batcher.close()

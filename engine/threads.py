@@ -53,14 +53,14 @@ class ThreadPlan:
         return self.runtimes * self.intra_op_threads
 
 
-def plan_threads(options: RuntimeOptions, cpus: int | None = None, processes: int = 1) -> ThreadPlan:
-    """``processes`` server processes share the CPUs equally."""
-    cpus = max(1, (usable_cpus() if cpus is None else cpus) // processes)
+def plan_threads(options: RuntimeOptions, cpus: int | None = None, shares: int = 1) -> ThreadPlan:
+    """This pool's plan when ``shares`` pools (server processes x models) split the CPUs equally."""
+    cpus = max(1, (usable_cpus() if cpus is None else cpus) // shares)
     intra = options.intra_op_threads
     runtimes = options.num_runtimes or max(1, cpus // intra)
     plan = ThreadPlan(cpus, runtimes, intra)
     if plan.threads > cpus:
-        shared = f", shared by {processes} processes" if processes > 1 else ""
+        shared = f", split {shares} ways between processes and models" if shares > 1 else ""
         message = (
             f"num_runtimes={runtimes} x intra_op_threads={intra} = {plan.threads} threads, but this "
             f"process may use {cpus} CPUs (affinity and cgroup quota{shared}); lower num_runtimes or "

@@ -9,13 +9,15 @@ from contextlib import asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
 
 from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
 
 from config import Settings
 from engine import ServedModel
+from service.auth import ApiKeyAuth
 from service.errors import install_error_handlers
 from service.host import ModelHost
 from service.metrics import Metrics
-from service.middleware import RequestContext
+from service.middleware import Activity, RequestContext
 from service.openapi import model_aware_openapi
 from service.routes import health, predict, v2
 
@@ -64,6 +66,12 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(health.router)
     app.include_router(v2.router)
     install_error_handlers(app, metrics)
-    app.add_middleware(RequestContext, metrics=metrics)
-    app.openapi = model_aware_openapi(app, lambda: host.model.schema if host.model else None)  # type: ignore[method-assign]
+    if settings.api_key is not None:
+        exempt = frozenset(settings.auth_exempt)
+        app.add_middleware(ApiKeyAuth, key=settings.api_key.get_secret_value(), exempt=exempt, metrics=metrics)
+    if settings.cors_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"])
+    app.state.activity = Activity()
+    app.add_middleware(RequestContext, metrics=metrics, activity=app.state.activity)
+    app.openapi = model_aware_openapi(app, lambda: host.default.schema if host.default else None)  # type: ignore[method-assign]
     return app

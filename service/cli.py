@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import shutil
@@ -16,6 +17,7 @@ from pydantic import ValidationError
 from config import Settings, load_settings
 from engine import ConfigError
 from engine.threads import plan_threads
+from service.host import plans
 from service.logs import configure_logging
 
 log = logging.getLogger("inferpool")
@@ -31,7 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = load_settings(args.config, rest)
         # Refuse an impossible thread budget before binding a port.
-        plan_threads(settings.runtime, processes=settings.workers)
+        models = plans(settings)
+        for model in models:
+            plan_threads(model.options, shares=settings.workers * len(models))
     except (ValidationError, ConfigError, FileNotFoundError) as exc:
         print(f"inferpool: invalid configuration: {exc}", file=sys.stderr)
         return 2
@@ -47,11 +51,19 @@ def main(argv: list[str] | None = None) -> int:
     }
     if settings.workers == 1:
         from service.app import create_app
+        from service.server import DrainingServer
 
-        uvicorn.run(create_app(settings), **options)  # type: ignore[arg-type]
+        app = create_app(settings)
+        config = uvicorn.Config(app, **options)  # type: ignore[arg-type]
+        DrainingServer(config, app.state.host, app.state.activity, settings.drain_seconds).run()
         return 0
+    # Several processes: uvicorn's supervisor owns the signals; it stops accepting at once and
+    # waits up to drain_seconds for open requests.
     _share_metrics(settings)
-    os.environ[SETTINGS_ENV] = settings.model_dump_json()
+    payload = settings.model_dump(mode="json")
+    if settings.api_key is not None:  # dumps mask secrets; the workers need the real key
+        payload["api_key"] = settings.api_key.get_secret_value()
+    os.environ[SETTINGS_ENV] = json.dumps(payload)
     uvicorn.run("service.cli:app_from_parent", factory=True, workers=settings.workers, **options)  # type: ignore[arg-type]
     return 0
 

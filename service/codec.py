@@ -8,7 +8,7 @@ import numpy as np
 import orjson
 from fastapi import Request, Response
 
-from service.errors import ApiError
+from service.apierror import ApiError
 
 _DUMP_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
 

@@ -17,20 +17,10 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from engine import EngineError, InvalidInput, ModelFailed, ModelLoadError, NotReady, Overloaded
-from service.deps import metrics_of
+from service.apierror import ApiError
 from service.metrics import Metrics
 
 log = logging.getLogger(__name__)
-
-
-class ApiError(Exception):
-    """A request problem found by the service itself (not JSON, too large, ...); ``reason``
-    is its fixed metrics label."""
-
-    def __init__(self, status: int, message: str, reason: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.reason = reason
 
 
 STATUS: dict[type[Exception], int] = {
@@ -66,20 +56,27 @@ def error_response(status: int, message: str, headers: Mapping[str, str] | None 
     return Response(orjson.dumps(body), status_code=status, media_type="application/json", headers=headers)
 
 
+def _metrics(request: Request) -> Metrics:
+    metrics: Metrics = request.app.state.metrics
+    return metrics
+
+
 def _engine_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, EngineError)
-    metrics_of(request).observe_error(exc.reason)
+    _metrics(request).observe_error(exc.reason)
     status = next((code for kind, code in STATUS.items() if isinstance(exc, kind)), 500)
     headers = None
     if status == 503:
         retry = exc.retry_after if isinstance(exc, Overloaded) else 1.0
         headers = {"Retry-After": str(max(1, round(retry)))}
+        if isinstance(exc, NotReady):  # loading or draining: send the client to another replica
+            headers["Connection"] = "close"
     return error_response(status, str(exc), headers, input=getattr(exc, "input_name", None))
 
 
 def _api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ApiError)
-    metrics_of(request).observe_error(exc.reason)
+    _metrics(request).observe_error(exc.reason)
     return error_response(exc.status, str(exc))
 
 

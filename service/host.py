@@ -1,25 +1,43 @@
-"""ModelHost: loads the model off the event loop and hands it to routes once it is warm."""
+"""ModelHost: loads the configured models off the event loop and hands them to routes once
+every one of them is warm."""
 
 from __future__ import annotations
 
 import logging
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from config import Settings
-from engine import NotReady, ServedModel
+from engine import NotReady, RuntimeOptions, ServedModel
+from service.apierror import ApiError
 
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class ModelPlan:
+    source: str
+    name: str | None
+    options: RuntimeOptions
+
+
+def plans(settings: Settings) -> list[ModelPlan]:
+    """The default model first, then the listed ones (each with its own or the shared options)."""
+    extra = [ModelPlan(m.source, m.name, m.runtime or settings.runtime) for m in settings.models]
+    return [ModelPlan(settings.model, None, settings.runtime), *extra]
+
+
 class ModelHost:
-    """Owns the ServedModel's lifecycle: loading -> ready -> closed (or failed)."""
+    """Owns the ServedModels' lifecycle: loading -> ready -> closed (or failed)."""
 
     def __init__(self, settings: Settings, on_ready: Callable[[ServedModel], None] | None = None) -> None:
         self.settings = settings
         self._on_ready = on_ready
-        self.model: ServedModel | None = None
+        self.models: dict[str, ServedModel] = {}
+        self.default: ServedModel | None = None
         self.error: str | None = None
+        self.draining = False  # set on SIGTERM: new requests are refused, accepted ones finish
         self._loader = threading.Thread(target=self._load, name="inferpool-loader", daemon=True)
 
     def start(self) -> None:
@@ -32,30 +50,48 @@ class ModelHost:
     def status(self) -> str:
         if self.error is not None:
             return "failed"
-        if self.model is None:
+        if self.default is None:
             return "loading"
-        return "ready" if self.model.accepting else "stopping"
+        return "stopping" if self.draining or not self.default.accepting else "ready"
 
-    def get(self) -> ServedModel:
-        """The model, or NotReady (answered 503 with Retry-After) while it is not serving."""
-        model = self.model
-        if model is None or not model.accepting:
+    def get(self, name: str | None = None) -> ServedModel:
+        """A model by name (the default one without), NotReady (503) while the host is not
+        serving, ApiError 404 for a name it does not serve."""
+        default = self.default
+        if default is None or self.draining or not default.accepting:
             raise NotReady(f"model is not ready ({self.status}{': ' + self.error if self.error else ''})")
-        return model
+        if name is None:
+            return default
+        try:
+            return self.models[name]
+        except KeyError:
+            raise ApiError(
+                404, f"model {name!r} is not served here; this server serves {sorted(self.models)}", "unknown_model"
+            ) from None
 
     def close(self) -> None:
-        if self.model is not None:
-            self.model.close()
+        for model in self.models.values():
+            model.close()
 
     def _load(self) -> None:
+        settings = self.settings
+        todo = plans(settings)
         try:
-            settings = self.settings
-            model = ServedModel.load(
-                settings.model, settings.runtime, max_queue=settings.max_queue, processes=settings.workers
-            )
-            if self._on_ready is not None:
-                self._on_ready(model)
-            self.model = model  # published last: routes see a model only once it is complete
+            loaded: dict[str, ServedModel] = {}
+            for plan in todo:
+                # Every pool gets an equal share of the CPUs: workers x models shares.
+                model = ServedModel.load(
+                    plan.source, plan.options, max_queue=settings.max_queue,
+                    shares=settings.workers * len(todo), name=plan.name,
+                )  # fmt: skip
+                if model.name in loaded:
+                    model.close()
+                    raise ValueError(f"two models are named {model.name!r}; give one a distinct 'name' in the config")
+                loaded[model.name] = model
+                if self._on_ready is not None:
+                    self._on_ready(model)
+            self.models = loaded
+            self.default = loaded[next(iter(loaded))]  # published last: routes see complete state
         except Exception as exc:
             self.error = f"{type(exc).__name__}: {exc}"
-            log.exception("loading model %r failed", self.settings.model)
+            log.exception("loading the models failed")

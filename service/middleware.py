@@ -19,12 +19,19 @@ INFERENCE = "inferpool.inference"
 MAX_REQUEST_ID = 128
 
 
+class Activity:
+    """Requests being answered right now; the drain on SIGTERM waits for zero."""
+
+    active = 0
+
+
 class RequestContext:
-    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+    def __init__(self, app: ASGIApp, metrics: Metrics, activity: Activity) -> None:
         self.app = app
         self.metrics = metrics
         # Cheaper than a uuid4 per request and still unique across processes and restarts.
         self._ids = (f"{os.getpid():x}-{int(time.time()):x}-{n}" for n in itertools.count())
+        self.activity = activity
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -42,9 +49,11 @@ class RequestContext:
                 message["headers"] = [*message.get("headers", ()), (b"x-request-id", rid.encode())]
             await send(message)
 
+        self.activity.active += 1  # only the event loop thread touches it
         try:
             await self.app(scope, receive, send_with_id)
         finally:
+            self.activity.active -= 1
             # The route template, never the raw path: raw paths would be unbounded labels.
             route = getattr(scope.get("route"), "path", "unmatched")
             self.metrics.observe_request(route, status, time.perf_counter() - started, scope.get(INFERENCE))

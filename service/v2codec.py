@@ -18,7 +18,7 @@ import orjson
 
 from engine import Schema
 from engine.schema import Array
-from service.errors import ApiError
+from service.apierror import ApiError
 
 HEADER_LENGTH = "inference-header-content-length"
 DATATYPES = {

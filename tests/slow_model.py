@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+import torch
+
 from engine import ModelSpec
 from engine.zoo.digits import build as build_digits
 
@@ -13,3 +15,23 @@ LOAD_SECONDS = 1.5
 def build() -> ModelSpec:
     time.sleep(LOAD_SECONDS)
     return build_digits()
+
+
+CALL_SECONDS = 0.02
+
+
+class Sleepy(torch.nn.Module):
+    """The digits CNN, 20 ms slower per call: keeps requests in flight for drain tests."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.digits = build_digits().module
+
+    def forward(self, image: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        time.sleep(CALL_SECONDS)
+        return self.digits(image)
+
+
+def slow_calls() -> ModelSpec:
+    spec = build_digits()
+    return ModelSpec(Sleepy(), spec.example_inputs, spec.output_names, name="digits")

@@ -30,6 +30,6 @@ async def ready(host: HostDep) -> Response:
 
 @router.get("/metrics", summary="Prometheus metrics", response_class=Response)
 async def metrics(metrics: MetricsDep, host: HostDep) -> Response:
-    if host.model is not None:
-        metrics.refresh(host.model)
+    for model in host.models.values():
+        metrics.refresh(model)
     return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Request, Response
 
 from service.codec import decode_inputs, encode_json, read_body
 from service.deps import host_of, metrics_of
+from service.errors import documented_error
 from service.openapi import PREDICT_REQUEST, PREDICT_RESPONSES
 from service.timing import record
 
@@ -25,10 +26,25 @@ async def predict(request: Request) -> Response:
     a single-input model, or an object keyed by input name. One sample in gives one sample
     out; a batch in gives the batch out. Inference runs on a worker thread, never on the
     event loop. The `Server-Timing` header gives each phase in milliseconds."""
+    return await _predict(request, None)
+
+
+@router.post(
+    "/predict/{name}",
+    summary="Run a named model on one sample or a batch",
+    openapi_extra={"requestBody": PREDICT_REQUEST},
+    responses=PREDICT_RESPONSES | {404: documented_error("No model of that name is served.")},
+)
+async def predict_named(request: Request, name: str) -> Response:
+    """As `/predict`, for one of the models listed in the config's `[[models]]`."""
+    return await _predict(request, name)
+
+
+async def _predict(request: Request, name: str | None) -> Response:
     # The hot path reads app state directly: FastAPI's dependency solving measured ~20% of
     # this route's own CPU time, more than the model's input validation.
     host, metrics = host_of(request), metrics_of(request)
-    model = host.get()
+    model = host.get(name)
     received = time.perf_counter()
     inputs = decode_inputs(await read_body(request, host.settings.max_body_bytes))
     parsed = time.perf_counter()

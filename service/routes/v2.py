@@ -11,9 +11,10 @@ import time
 from fastapi import APIRouter, Request, Response
 
 from engine import ServedModel
+from service.apierror import ApiError
 from service.codec import json_response, read_body
 from service.deps import HostDep, host_of, metrics_of
-from service.errors import ERROR_RESPONSES, ApiError
+from service.errors import ERROR_RESPONSES
 from service.timing import record
 from service.v2codec import HEADER_LENGTH, encode_response, metadata, parse_request
 
@@ -22,10 +23,7 @@ VERSION = "1"  # one version per model for now; /versions/1 and no version addre
 
 
 def _model(request: Request, name: str, version: str | None) -> ServedModel:
-    host = host_of(request)
-    model = host.get()
-    if name != model.name:
-        raise ApiError(404, f"model {name!r} is not served here; this server serves {model.name!r}", "unknown_model")
+    model = host_of(request).get(name)
     if version not in (None, VERSION):
         raise ApiError(404, f"model {name!r} has no version {version!r}; it has {VERSION!r}", "unknown_model")
     return model

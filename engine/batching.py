@@ -1,0 +1,285 @@
+"""Dynamic batching: concurrent requests concatenated along dim 0 into one model call.
+
+Leader/follower on the worker threads, no extra batcher thread: one worker at a time (the
+leader, holding ``_leader``) takes requests off a ``SimpleQueue`` and forms a batch; when it
+dispatches, it releases the lock and runs the batch on one borrowed runtime while the next
+idle worker becomes leader and forms the next batch from whatever queued meanwhile. Under
+load batches therefore fill from the queue without any waiting, and a request costs the same
+hand-off as unbatched dispatch (one ``SimpleQueue.put``, one ``call_soon_threadsafe`` -- per
+batch and event loop, not per request). A dedicated batcher thread would add a second
+thread hop per request on a 2-core machine.
+
+A batch runs when it reaches ``max_batch_size`` or a preferred size, when the next request
+does not fit (different per-sample shape, or too many samples: it starts the next batch, so
+requests run first come, first served, as in Triton's dynamic batcher: none can starve),
+when its first request has waited ``max_delay`` since it was queued, or when waiting longer
+would break the earliest deadline in it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import threading
+import time
+from collections.abc import Callable, Mapping
+from contextlib import suppress
+from dataclasses import dataclass
+from queue import Empty, SimpleQueue
+
+import numpy as np
+
+from engine.errors import DeadlineExceeded, EngineError, ModelFailed, NotReady
+from engine.schema import Array
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    outputs: dict[str, Array]
+    single: bool
+    """The request was one sample without a batch dimension; so are ``outputs``."""
+    batch_size: int
+    """Samples in the model call this request rode in (its own and any batched with it)."""
+    queue_seconds: float
+    """From submission until a worker picked the request up."""
+    validate_seconds: float
+    """Checking the inputs against the schema and converting them to arrays."""
+    compute_seconds: float
+    """Borrowing a runtime and running the model (with batching: also concatenating and slicing)."""
+    batch_seconds: float = 0.0
+    """Waiting for the batch to form, after validation (0 when batching is off)."""
+
+
+Coerce = Callable[[object], tuple[dict[str, Array], bool]]
+Run = Callable[[Mapping[str, Array]], dict[str, Array]]
+
+
+class Request:
+    __slots__ = (
+        "arrays",
+        "deadline",
+        "dequeued",
+        "estimate",
+        "future",
+        "inputs",
+        "loop",
+        "queued",
+        "rows",
+        "single",
+        "validate",
+    )
+
+    def __init__(
+        self, inputs: object, estimate: int, deadline: float | None, future: asyncio.Future[Prediction]
+    ) -> None:
+        self.inputs = inputs
+        self.estimate = estimate  # the sample count admission counted in; given back as is
+        self.deadline = deadline
+        self.future = future
+        self.loop = future.get_loop()
+        self.queued = time.monotonic()
+        self.dequeued = 0.0
+        self.arrays: dict[str, Array] = {}
+        self.single = False
+        self.rows = 0
+        self.validate = 0.0
+
+
+_Settle = tuple["asyncio.Future[Prediction]", "Prediction | BaseException"]
+
+
+class Batcher:
+    def __init__(
+        self,
+        *,
+        threads: int,
+        name: str,
+        max_batch_size: int,
+        max_delay: float,
+        preferred: tuple[int, ...],
+        coerce: Coerce,
+        run: Run,
+        done: Callable[[int], None],
+        call_seconds: Callable[[int], float],
+        initializer: Callable[[], object],
+    ) -> None:
+        self.max_batch_size = max_batch_size
+        self.max_delay = max_delay
+        self.preferred = frozenset(preferred)
+        self._coerce, self._run, self._done, self._call_seconds = coerce, run, done, call_seconds
+        self._initializer = initializer
+        self._queue: SimpleQueue[Request | None] = SimpleQueue()
+        self._leader = threading.Lock()
+        self._carry: Request | None = None  # taken but did not fit: starts the next batch
+        self._ready = threading.Barrier(threads + 1)
+        self._init_errors: list[BaseException] = []
+        self._threads = [threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True) for i in range(threads)]
+        for thread in self._threads:
+            thread.start()
+        self._ready.wait(120)  # per-thread warm-up runs in the initializer: ready means warm
+        if self._init_errors:
+            self.close()
+            raise self._init_errors[0]
+
+    @property
+    def count(self) -> int:
+        return len(self._threads)
+
+    @property
+    def alive(self) -> int:
+        return sum(t.is_alive() for t in self._threads)
+
+    def submit(self, inputs: object, estimate: int, deadline: float | None) -> asyncio.Future[Prediction]:
+        future: asyncio.Future[Prediction] = asyncio.get_running_loop().create_future()
+        self._queue.put(Request(inputs, estimate, deadline, future))
+        return future
+
+    def close(self, timeout: float = 5.0) -> None:
+        for _ in self._threads:
+            self._queue.put(None)
+        for thread in self._threads:
+            thread.join(timeout)
+        if self._carry is not None:  # only if a worker died: never leave a caller hanging
+            _settle_all(self._carry.loop, [(self._carry.future, NotReady("the model is shutting down"))])
+
+    def _work(self) -> None:
+        try:
+            self._initializer()
+        except BaseException as exc:  # noqa: BLE001 -- re-raised by __init__ in the caller's thread
+            self._init_errors.append(exc)
+        self._ready.wait()
+        if self._init_errors:
+            return
+        stop = False
+        while not stop:
+            with self._leader:
+                batch, stop = self._form()
+            if batch:
+                self._execute(batch)
+
+    def _form(self) -> tuple[list[Request], bool]:
+        """Take requests until the batch is due; (batch, a shutdown sentinel was taken)."""
+        batch: list[Request] = []
+        rows, shapes, due = 0, None, 0.0
+        while True:
+            request: Request | None
+            if self._carry is not None:
+                request, self._carry = self._carry, None
+            elif not batch:
+                request = self._queue.get()
+            else:
+                try:
+                    request = self._queue.get(block=False)
+                except Empty:
+                    remaining = due - time.monotonic()
+                    if remaining <= 0:
+                        return batch, False
+                    try:
+                        request = self._queue.get(timeout=remaining)
+                    except Empty:
+                        return batch, False
+            if request is None:
+                return batch, True
+            if not request.arrays and not self._prepare(request):
+                continue
+            key = tuple(a.shape[1:] for a in request.arrays.values())
+            if batch and (key != shapes or rows + request.rows > self.max_batch_size):
+                self._carry = request
+                return batch, False
+            if not batch:
+                shapes, due = key, request.queued + self.max_delay
+            batch.append(request)
+            rows += request.rows
+            if request.deadline is not None:
+                # Leave room for the call itself (as if full: dispatching a bit early is harmless).
+                due = min(due, request.deadline - self._call_seconds(self.max_batch_size))
+            if rows >= self.max_batch_size or rows in self.preferred:
+                return batch, False
+
+    def _prepare(self, request: Request) -> bool:
+        """Validate a newly taken request; False if it was answered instead (expired, caller
+        gone, invalid input)."""
+        request.dequeued = now = time.monotonic()
+        error: BaseException | None = None
+        if request.future.done():  # the caller stopped waiting (a racy read, but only an optimisation)
+            error = DeadlineExceeded("the caller stopped waiting")
+        elif request.deadline is not None and now >= request.deadline:
+            error = DeadlineExceeded("the request's deadline passed while it was queued; it never ran")
+        else:
+            try:
+                request.arrays, request.single = self._coerce(request.inputs)
+                request.rows = next(iter(request.arrays.values())).shape[0]
+                request.validate = time.monotonic() - now
+                request.inputs = None  # the arrays replace it; free the decoded JSON early
+                return True
+            except Exception as exc:  # noqa: BLE001 -- goes to this request's caller only
+                error = exc
+        self._done(request.estimate)
+        _settle_all(request.loop, [(request.future, error)])
+        return False
+
+    def _execute(self, batch: list[Request]) -> None:
+        dispatched = time.monotonic()
+        rows = sum(r.rows for r in batch)
+        results: list[_Settle] = []
+        try:
+            if len(batch) == 1:
+                arrays = batch[0].arrays
+            else:
+                arrays = {name: np.concatenate([r.arrays[name] for r in batch]) for name in batch[0].arrays}
+            outputs = self._run(arrays)
+            if any(out.shape[:1] != (rows,) for out in outputs.values()):
+                raise ModelFailed(
+                    f"the model returned {[out.shape for out in outputs.values()]} for a batch of {rows}; batching "
+                    "needs every output's dimension 0 to be the batch: set max_batch_size=1 for this model"
+                )
+        except Exception as exc:  # noqa: BLE001 -- every request of the batch gets it
+            results = [(r.future, _copy_error(exc)) for r in batch]
+        else:
+            finished = time.monotonic()
+            start = 0
+            for r in batch:
+                stop = start + r.rows
+                mine = {name: out[start] if r.single else out[start:stop] for name, out in outputs.items()}
+                start = stop
+                prediction = Prediction(
+                    outputs=mine,
+                    single=r.single,
+                    batch_size=rows,
+                    queue_seconds=r.dequeued - r.queued,
+                    validate_seconds=r.validate,
+                    compute_seconds=finished - dispatched,
+                    batch_seconds=dispatched - r.dequeued - r.validate,
+                )
+                results.append((r.future, prediction))
+        for r in batch:
+            self._done(r.estimate)
+        by_loop: dict[asyncio.AbstractEventLoop, list[_Settle]] = {}
+        for r, item in zip(batch, results, strict=True):
+            by_loop.setdefault(r.loop, []).append(item)
+        for loop, items in by_loop.items():
+            _settle_all(loop, items)
+
+
+def _copy_error(exc: BaseException) -> BaseException:
+    """One exception object per caller: each ``raise`` appends to its traceback."""
+    if not isinstance(exc, EngineError):
+        return exc
+    clone = copy.copy(exc)
+    clone.__cause__ = exc.__cause__
+    return clone
+
+
+def _settle_all(loop: asyncio.AbstractEventLoop, items: list[_Settle]) -> None:
+    with suppress(RuntimeError):  # the loop closed while we ran: nobody is waiting any more
+        loop.call_soon_threadsafe(_settle, items)
+
+
+def _settle(items: list[_Settle]) -> None:
+    for future, value in items:
+        if future.done():  # the caller stopped waiting (deadline, client gone)
+            continue
+        if isinstance(value, BaseException):
+            future.set_exception(value)
+        else:
+            future.set_result(value)

@@ -1,0 +1,68 @@
+"""API-key auth and CORS, in-process."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+from pydantic import ValidationError
+
+from config import load_settings
+from service.app import create_app
+
+KEY = "s3cret-key"
+
+
+@pytest.fixture(scope="module")
+def guarded(monkeypatch_module):
+    monkeypatch_module.setenv("INFERPOOL_API_KEY", KEY)
+    settings = load_settings(None, ["--cors-origins", '["https://app.example.com"]'])
+    app = create_app(settings)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        app.state.host.wait_loaded(60)
+        yield client
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    with pytest.MonkeyPatch.context() as patch:
+        yield patch
+
+
+def test_predict_needs_the_key(guarded, images):
+    body = {"inputs": images[0].tolist()}
+    missing = guarded.post("/predict", json=body)
+    assert missing.status_code == 401
+    assert missing.headers["www-authenticate"] == "Bearer"
+    assert "missing or wrong API key" in missing.json()["error"]
+    assert guarded.post("/predict", json=body, headers={"Authorization": "Bearer nope"}).status_code == 401
+    assert guarded.post("/predict", json=body, headers={"Authorization": f"Bearer {KEY}"}).status_code == 200
+    assert guarded.post("/predict", json=body, headers={"X-API-Key": KEY}).status_code == 200
+    assert guarded.get("/v2/models/digits").status_code == 401
+
+
+def test_probes_and_metrics_are_exempt_and_count_refusals(guarded):
+    assert guarded.get("/health/ready").status_code == 200
+    assert guarded.get("/v2/health/live").status_code == 200
+    metrics = guarded.get("/metrics").text
+    assert 'inferpool_rejections_total{reason="auth"}' in metrics
+    assert "s3cret" not in metrics
+
+
+def test_the_key_never_appears_in_the_effective_config():
+    assert KEY not in load_settings(None, ["--api-key", KEY]).model_dump_json()
+
+
+def test_cors_allows_only_the_named_origin(guarded):
+    allowed = guarded.options(
+        "/predict", headers={"Origin": "https://app.example.com", "Access-Control-Request-Method": "POST"}
+    )
+    assert allowed.headers["access-control-allow-origin"] == "https://app.example.com"
+    other = guarded.options(
+        "/predict", headers={"Origin": "https://evil.example", "Access-Control-Request-Method": "POST"}
+    )
+    assert "access-control-allow-origin" not in other.headers
+
+
+def test_wildcard_origin_is_refused():
+    with pytest.raises(ValidationError, match="must be an explicit origin"):
+        load_settings(None, ["--cors-origins", '["*"]'])
