@@ -12,6 +12,7 @@ import logging
 import statistics
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from functools import partial
 
 import numpy as np
@@ -125,11 +126,16 @@ class ServedModel:
         return statistics.median(times)
 
     @classmethod
-    def load(cls, source: str, options: RuntimeOptions, *, max_queue: int = 64, processes: int = 1) -> ServedModel:
-        plan = plan_threads(options, processes=processes)
+    def load(
+        cls, source: str, options: RuntimeOptions, *, max_queue: int = 64, shares: int = 1, name: str | None = None
+    ) -> ServedModel:
+        """Load, compile and warm a model; ``shares`` pools split the CPUs (see plan_threads),
+        ``name`` overrides the model's own."""
+        plan = plan_threads(options, shares=shares)
         apply_thread_plan(plan)
         started = time.perf_counter()
-        module = InferenceModule.from_spec(load_model(source))
+        spec = load_model(source)
+        module = InferenceModule.from_spec(replace(spec, name=name) if name else spec)
         served = cls(module, options, plan, max_queue)
         log.info(
             "model %r ready in %.2fs: backend=%s dispatch=%s runtimes=%d intra_op_threads=%d usable_cpus=%d "
