@@ -47,7 +47,7 @@ class TensorSpec:
 
     def json_schema(self) -> dict[str, Any]:
         """JSON Schema of one sample (nested arrays) for the OpenAPI docs."""
-        leaf: dict[str, Any] = {"type": _JSON_TYPES[np.dtype(self.dtype).kind]}
+        leaf: dict[str, Any] = {"type": _JSON_TYPES[np.dtype(self.dtype).kind]} | _json_range(self.dtype)
         for dim in reversed(self.sample_shape):
             leaf = {"type": "array", "items": leaf}
             if dim is not None:
@@ -122,6 +122,18 @@ class TensorSpec:
 
 
 _JSON_TYPES = {"f": "number", "i": "integer", "u": "integer", "b": "boolean"}
+
+
+def _json_range(dtype: str) -> dict[str, Any]:
+    """The values the dtype can hold, so that a schema-valid request is an acceptable one."""
+    kind = np.dtype(dtype).kind
+    if kind == "f":
+        limit = float(np.finfo(dtype).max)
+        return {"minimum": -limit, "maximum": limit}
+    if kind in "iu":
+        info = np.iinfo(dtype)
+        return {"minimum": int(info.min), "maximum": int(info.max)}
+    return {}
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ def describe_predict(schema: Schema) -> dict[str, Any]:
         "type": "object",
         "required": [s.name for s in schema.inputs],
         "properties": {s.name: _batch_of(s) for s in schema.inputs},
+        "additionalProperties": False,
     }
     inputs = {"oneOf": [_batch_of(schema.inputs[0]), named]} if len(schema.inputs) == 1 else named
     outputs = {"type": "object", "properties": {s.name: _batch_of(s) for s in schema.outputs}}
