@@ -78,6 +78,13 @@ class Settings(BaseSettings):
         description="Requests allowed to wait beyond those running; more get an immediate 503 "
         "with Retry-After. Lower it for tighter latency under overload, raise it for bursty load.",
     )
+    request_timeout_ms: float = Field(
+        30_000,
+        ge=0,
+        description="Default deadline per request in ms (0 = none); a client can set its own with the "
+        "X-Request-Timeout-Ms header or the v2 'timeout' parameter (µs). Past its deadline a request is "
+        "answered 504; one that could not finish in time given the queue ahead is refused at once (503).",
+    )
     max_body_bytes: int = Field(
         8 * 1024 * 1024,
         gt=0,

@@ -16,7 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from engine import EngineError, InvalidInput, ModelFailed, ModelLoadError, NotReady, Overloaded
+from engine import DeadlineExceeded, EngineError, InvalidInput, ModelFailed, ModelLoadError, NotReady, Overloaded
 from service.apierror import ApiError
 from service.metrics import Metrics
 
@@ -29,6 +29,7 @@ STATUS: dict[type[Exception], int] = {
     NotReady: 503,
     ModelLoadError: 503,
     ModelFailed: 500,
+    DeadlineExceeded: 504,
 }
 
 # Documented on every route that can produce them, so clients see the error shape.
@@ -48,6 +49,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     404: documented_error("No such model or version."),
     413: documented_error("The body exceeds max_body_bytes."),
     503: documented_error("Not ready, or too many requests are queued (see Retry-After)."),
+    504: documented_error("The request's deadline passed (the v2 'timeout' parameter or request_timeout_ms)."),
 }
 
 

@@ -61,7 +61,7 @@ class Metrics:
         )  # fmt: skip
         self.queue_seconds = phase("inferpool_queue_wait_seconds", "Waiting for a worker thread.")
         self.batch_seconds = phase(
-            "inferpool_batch_formation_seconds", "Waiting for a batch to fill (observed once batching is on)."
+            "inferpool_batch_formation_seconds", "Waiting for a batch to fill (observed when batching is on)."
         )
         self.compute_seconds = phase("inferpool_inference_seconds", "Borrowing a runtime and running the model.")
         self.encode_seconds = phase("inferpool_encode_seconds", "Encoding the response body.", FAST_BUCKETS)
@@ -115,6 +115,8 @@ class Metrics:
             model = inference.model
             self.decode_seconds.labels(model).observe(inference.decode_seconds)
             self.queue_seconds.labels(model).observe(inference.queue_seconds)
+            if inference.batch_size > 1 or inference.batch_seconds:
+                self.batch_seconds.labels(model).observe(inference.batch_seconds)
             self.compute_seconds.labels(model).observe(inference.compute_seconds)
             self.encode_seconds.labels(model).observe(inference.encode_seconds)
             self.batch_size.labels(model).observe(inference.batch_size)
@@ -142,12 +144,14 @@ class Inference:
     compute_seconds: float
     encode_seconds: float
     batch_size: int
+    batch_seconds: float = 0.0
 
     def server_timing(self, total_seconds: float) -> str:
         """The ``Server-Timing`` header value (milliseconds, as the standard has it)."""
         phases = (
             ("decode", self.decode_seconds),
             ("queue", self.queue_seconds),
+            ("batch", self.batch_seconds),
             ("inference", self.compute_seconds),
             ("encode", self.encode_seconds),
             ("total", total_seconds),

@@ -23,7 +23,8 @@ PREDICT_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"description": "The model's outputs, keyed by output name."},
     400: documented_error("The body is not JSON, or an input does not fit the model's schema (named in 'input')."),
     413: documented_error("The body exceeds max_body_bytes."),
-    503: documented_error("The model is not ready, or too many requests are queued (see Retry-After)."),
+    503: documented_error("Not ready, too many requests queued, or the queue ahead would make it late (Retry-After)."),
+    504: documented_error("The request's deadline passed (X-Request-Timeout-Ms or request_timeout_ms)."),
 }
 HEALTH_RESPONSES: dict[int | str, dict[str, Any]] = {503: documented_error("Not ready, or the model failed to load.")}
 

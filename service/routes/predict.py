@@ -10,7 +10,7 @@ from service.codec import decode_inputs, encode_json, read_body
 from service.deps import host_of, metrics_of
 from service.errors import documented_error
 from service.openapi import PREDICT_REQUEST, PREDICT_RESPONSES
-from service.timing import record
+from service.timing import deadline, record
 
 router = APIRouter()
 
@@ -48,7 +48,7 @@ async def _predict(request: Request, name: str | None) -> Response:
     received = time.perf_counter()
     inputs = decode_inputs(await read_body(request, host.settings.max_body_bytes))
     parsed = time.perf_counter()
-    prediction = await model.infer(inputs)
+    prediction = await model.infer(inputs, deadline(request, host.settings.request_timeout_ms))
     encoding = time.perf_counter()
     body = encode_json({"model": model.name, "outputs": prediction.outputs})
     headers = record(

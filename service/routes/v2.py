@@ -15,7 +15,7 @@ from service.apierror import ApiError
 from service.codec import json_response, read_body
 from service.deps import HostDep, host_of, metrics_of
 from service.errors import ERROR_RESPONSES
-from service.timing import record
+from service.timing import deadline, record
 from service.v2codec import HEADER_LENGTH, encode_response, metadata, parse_request
 
 router = APIRouter(prefix="/v2", tags=["Open Inference Protocol v2"], responses=ERROR_RESPONSES)
@@ -69,7 +69,13 @@ async def infer(request: Request, name: str, version: str | None = None) -> Resp
     body = await read_body(request, host_of(request).settings.max_body_bytes)
     parsed_request = parse_request(body, request.headers.get(HEADER_LENGTH))
     parsed = time.perf_counter()
-    prediction = await model.infer(parsed_request.inputs)
+    # The protocol's "timeout" parameter is in microseconds (as Triton's clients send it).
+    timeout_us = parsed_request.parameters.get("timeout")
+    timeout_ms = (
+        None if timeout_us is None else (timeout_us / 1e3 if isinstance(timeout_us, int | float) else timeout_us)
+    )
+    when = deadline(request, host_of(request).settings.request_timeout_ms, timeout_ms)
+    prediction = await model.infer(parsed_request.inputs, when)
     encoding = time.perf_counter()
     content, header_length = encode_response(model.name, parsed_request, prediction.outputs, VERSION)
     headers = record(

@@ -85,4 +85,10 @@ def test_bare_array_only_for_single_input_models():
 def test_json_schema_describes_one_sample():
     schema = IMAGE.json_schema()
     assert schema["minItems"] == schema["maxItems"] == 1
-    assert schema["items"]["items"]["items"] == {"type": "number"}
+    limit = float(np.finfo(np.float32).max)  # schema-valid numbers must also fit the dtype
+    assert schema["items"]["items"]["items"] == {"type": "number", "minimum": -limit, "maximum": limit}
+    assert TensorSpec("mask", "int64", (None, 3)).json_schema()["items"] == {
+        "type": "integer",
+        "minimum": -(2**63),
+        "maximum": 2**63 - 1,
+    }
