@@ -45,9 +45,13 @@ class TensorSpec:
         dims = ", ".join("batch" if d is None else str(d) for d in self.shape)
         return f"[{dims}]"
 
-    def json_schema(self) -> dict[str, Any]:
-        """JSON Schema of one sample (nested arrays) for the OpenAPI docs."""
-        leaf: dict[str, Any] = {"type": _JSON_TYPES[np.dtype(self.dtype).kind]} | _json_range(self.dtype)
+    def json_schema(self, *, output: bool = False) -> dict[str, Any]:
+        """JSON Schema of one sample (nested arrays) for the OpenAPI docs. Float outputs may be
+        null: that is how NaN and infinity travel, since JSON has no literal for them."""
+        kind = np.dtype(self.dtype).kind
+        leaf: dict[str, Any] = {"type": _JSON_TYPES[kind]} | _json_range(self.dtype)
+        if output and kind == "f":
+            leaf = {"type": ["number", "null"]}
         for dim in reversed(self.sample_shape):
             leaf = {"type": "array", "items": leaf}
             if dim is not None:

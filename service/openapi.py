@@ -29,8 +29,8 @@ PREDICT_RESPONSES: dict[int | str, dict[str, Any]] = {
 HEALTH_RESPONSES: dict[int | str, dict[str, Any]] = {503: documented_error("Not ready, or the model failed to load.")}
 
 
-def _batch_of(spec: TensorSpec) -> dict[str, Any]:
-    sample = spec.json_schema()
+def _batch_of(spec: TensorSpec, output: bool = False) -> dict[str, Any]:
+    sample = spec.json_schema(output=output)
     return {"oneOf": [sample, {"type": "array", "minItems": 1, "items": sample}]} if spec.batched else sample
 
 
@@ -43,7 +43,7 @@ def describe_predict(schema: Schema) -> dict[str, Any]:
         "additionalProperties": False,
     }
     inputs = {"oneOf": [_batch_of(schema.inputs[0]), named]} if len(schema.inputs) == 1 else named
-    outputs = {"type": "object", "properties": {s.name: _batch_of(s) for s in schema.outputs}}
+    outputs = {"type": "object", "properties": {s.name: _batch_of(s, output=True) for s in schema.outputs}}
     return {
         "request": {"type": "object", "required": ["inputs"], "properties": {"inputs": inputs}},
         "response": {"type": "object", "properties": {"model": {"type": "string"}, "outputs": outputs}},

@@ -80,3 +80,15 @@ def test_openapi_describes_the_model_input(client):
     assert image["oneOf"][0]["items"]["minItems"] == 8
     assert set(spec["paths"]["/predict"]["post"]["responses"]) >= {"200", "400", "413", "503"}
     assert client.get("/docs").status_code == 200
+
+
+def test_non_finite_outputs_travel_as_null_as_the_spec_says(client):
+    huge = np.full((1, 8, 8), 3.0e38).tolist()  # valid float32 in, overflow inside the model
+    response = client.post("/predict", json={"inputs": huge})
+    assert response.status_code == 200
+    assert None in response.json()["outputs"]["probabilities"]
+    spec = client.get("/openapi.json").json()
+    outputs = spec["paths"]["/predict"]["post"]["responses"]["200"]["content"]["application/json"]["schema"]
+    assert outputs["properties"]["outputs"]["properties"]["probabilities"]["oneOf"][0]["items"] == {
+        "type": ["number", "null"]
+    }
