@@ -3,6 +3,8 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 PROMTOOL := $(BIN)/promtool
+# The KServe SDK pins its own FastAPI/httpx stack: it gets a venv of its own for the v2 client test.
+KSERVE_PYTHON := .venv-kserve/bin/python
 
 .PHONY: serve test check bench clean
 
@@ -22,8 +24,12 @@ $(PROMTOOL): | $(STAMP)
 	  { apt-get download prometheus >/dev/null 2>&1 || { apt-get update -qq && apt-get download prometheus; }; } && \
 	  dpkg-deb -x prometheus_*.deb x && cp x/usr/bin/promtool $(abspath $(PROMTOOL)) && rm -rf $$tmp
 
+$(KSERVE_PYTHON):
+	python3 -m venv .venv-kserve
+	.venv-kserve/bin/python -m pip install --quiet 'kserve>=0.15,<1'
+
 ## Run the test suite (unit, concurrency and real-server tests).
-test: $(STAMP) $(PROMTOOL)
+test: $(STAMP) $(PROMTOOL) $(KSERVE_PYTHON)
 	$(BIN)/pytest
 
 ## Lint, format check and type check.
@@ -38,4 +44,4 @@ bench: $(STAMP)
 	$(BIN)/python -m loadtest.bench_handoff
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) .venv-kserve .pytest_cache .mypy_cache .ruff_cache *.egg-info
