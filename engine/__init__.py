@@ -11,9 +11,11 @@ from engine.errors import (
     InvalidInput,
     ModelFailed,
     ModelLoadError,
+    NonFiniteOutput,
     NotReady,
     Overloaded,
     PredictedWaitExceeded,
+    WorkerDied,
 )
 from engine.module import InferenceModule
 from engine.options import RuntimeOptions
@@ -34,6 +36,7 @@ __all__ = [
     "ModelFailed",
     "ModelLoadError",
     "ModelSpec",
+    "NonFiniteOutput",
     "NotReady",
     "Overloaded",
     "PredictedWaitExceeded",
@@ -44,5 +47,6 @@ __all__ = [
     "Schema",
     "ServedModel",
     "TensorSpec",
+    "WorkerDied",
     "load_model",
 ]

@@ -31,6 +31,7 @@ import numpy as np
 
 from engine.errors import DeadlineExceeded, EngineError, ModelFailed, NotReady
 from engine.schema import Array
+from engine.workers import ThreadSet, worker_died
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,32 +103,34 @@ class Batcher:
         done: Callable[[int], None],
         call_seconds: Callable[[int], float],
         initializer: Callable[[], object],
+        check: Callable[[Mapping[str, Array]], None] | None = None,
     ) -> None:
         self.max_batch_size = max_batch_size
         self.max_delay = max_delay
         self.preferred = frozenset(preferred)
         self._coerce, self._run, self._done, self._call_seconds = coerce, run, done, call_seconds
-        self._initializer = initializer
+        self._check = check
         self._queue: SimpleQueue[Request | None] = SimpleQueue()
         self._leader = threading.Lock()
         self._carry: Request | None = None  # taken but did not fit: starts the next batch
-        self._ready = threading.Barrier(threads + 1)
-        self._init_errors: list[BaseException] = []
-        self._threads = [threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True) for i in range(threads)]
-        for thread in self._threads:
-            thread.start()
-        self._ready.wait(120)  # per-thread warm-up runs in the initializer: ready means warm
-        if self._init_errors:
+        self._threads = ThreadSet(threads, name, self._work, initializer)
+        try:
+            self._threads.wait_started(120)  # per-thread warm-up runs in the initializer: ready means warm
+        except BaseException:
             self.close()
-            raise self._init_errors[0]
+            raise
 
     @property
     def count(self) -> int:
-        return len(self._threads)
+        return self._threads.count
 
     @property
     def alive(self) -> int:
-        return sum(t.is_alive() for t in self._threads)
+        return self._threads.alive
+
+    @property
+    def replaced(self) -> int:
+        return self._threads.replaced
 
     def submit(self, inputs: object, estimate: int, deadline: float | None) -> asyncio.Future[Prediction]:
         future: asyncio.Future[Prediction] = asyncio.get_running_loop().create_future()
@@ -135,31 +138,36 @@ class Batcher:
         return future
 
     def close(self, timeout: float = 5.0) -> None:
-        for _ in self._threads:
+        self._threads.closing = True
+        for _ in range(self._threads.count):
             self._queue.put(None)
-        for thread in self._threads:
-            thread.join(timeout)
+        self._threads.join(timeout)
         if self._carry is not None:  # only if a worker died: never leave a caller hanging
             _settle_all(self._carry.loop, [(self._carry.future, NotReady("the model is shutting down"))])
 
     def _work(self) -> None:
-        try:
-            self._initializer()
-        except BaseException as exc:  # noqa: BLE001 -- re-raised by __init__ in the caller's thread
-            self._init_errors.append(exc)
-        self._ready.wait()
-        if self._init_errors:
-            return
-        stop = False
-        while not stop:
-            with self._leader:
-                batch, stop = self._form()
-            if batch:
-                self._execute(batch)
-
-    def _form(self) -> tuple[list[Request], bool]:
-        """Take requests until the batch is due; (batch, a shutdown sentinel was taken)."""
+        # Filled in place by _form, so that if this thread dies mid-formation the requests it
+        # took are still answered (and counted out of admission) before ThreadSet replaces it.
         batch: list[Request] = []
+        try:
+            stop = False
+            while not stop:
+                with self._leader:
+                    stop = self._form(batch)
+                if batch:
+                    taken, batch = batch, []
+                    self._execute(taken)  # answers its whole batch, even when the thread dies in it
+        except BaseException as exc:
+            self._abandon(batch, exc)
+            raise
+
+    def _abandon(self, requests: list[Request], exc: BaseException) -> None:
+        for r in requests:
+            self._done(r.estimate)
+            _settle_all(r.loop, [(r.future, worker_died(exc))])
+
+    def _form(self, batch: list[Request]) -> bool:
+        """Take requests into ``batch`` until it is due; True if a shutdown sentinel was taken."""
         rows, shapes, due = 0, None, 0.0
         while True:
             request: Request | None
@@ -173,19 +181,19 @@ class Batcher:
                 except Empty:
                     remaining = due - time.monotonic()
                     if remaining <= 0:
-                        return batch, False
+                        return False
                     try:
                         request = self._queue.get(timeout=remaining)
                     except Empty:
-                        return batch, False
+                        return False
             if request is None:
-                return batch, True
+                return True
             if not request.arrays and not self._prepare(request):
                 continue
             key = tuple(a.shape[1:] for a in request.arrays.values())
             if batch and (key != shapes or rows + request.rows > self.max_batch_size):
                 self._carry = request
-                return batch, False
+                return False
             if not batch:
                 shapes, due = key, request.queued + self.max_delay
             batch.append(request)
@@ -194,7 +202,7 @@ class Batcher:
                 # Leave room for the call itself (as if full: dispatching a bit early is harmless).
                 due = min(due, request.deadline - self._call_seconds(self.max_batch_size))
             if rows >= self.max_batch_size or rows in self.preferred:
-                return batch, False
+                return False
 
     def _prepare(self, request: Request) -> bool:
         """Validate a newly taken request; False if it was answered instead (expired, caller
@@ -214,6 +222,9 @@ class Batcher:
                 return True
             except Exception as exc:  # noqa: BLE001 -- goes to this request's caller only
                 error = exc
+            except BaseException as exc:  # the thread dies (and is replaced); the caller hears why
+                self._abandon([request], exc)
+                raise
         self._done(request.estimate)
         _settle_all(request.loop, [(request.future, error)])
         return False
@@ -222,6 +233,7 @@ class Batcher:
         dispatched = time.monotonic()
         rows = sum(r.rows for r in batch)
         results: list[_Settle] = []
+        died: BaseException | None = None
         try:
             if len(batch) == 1:
                 arrays = batch[0].arrays
@@ -235,6 +247,9 @@ class Batcher:
                 )
         except Exception as exc:  # noqa: BLE001 -- every request of the batch gets it
             results = [(r.future, _copy_error(exc)) for r in batch]
+        except BaseException as exc:  # noqa: BLE001 -- SystemExit & co: answer the batch, then let the thread die
+            died = exc
+            results = [(r.future, worker_died(exc)) for r in batch]
         else:
             finished = time.monotonic()
             start = 0
@@ -242,6 +257,13 @@ class Batcher:
                 stop = start + r.rows
                 mine = {name: out[start] if r.single else out[start:stop] for name, out in outputs.items()}
                 start = stop
+                if self._check is not None:
+                    # Per request, on its own rows: one bad sample fails only the request it is in.
+                    try:
+                        self._check(mine)
+                    except ModelFailed as exc:
+                        results.append((r.future, exc))
+                        continue
                 prediction = Prediction(
                     outputs=mine,
                     single=r.single,
@@ -259,6 +281,8 @@ class Batcher:
             by_loop.setdefault(r.loop, []).append(item)
         for loop, items in by_loop.items():
             _settle_all(loop, items)
+        if died is not None:
+            raise died
 
 
 def _copy_error(exc: BaseException) -> BaseException:

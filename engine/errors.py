@@ -45,6 +45,20 @@ class ModelFailed(EngineError):
     reason = "model_error"
 
 
+class NonFiniteOutput(ModelFailed):
+    """The model returned NaN or infinity in a float output (only with
+    ``RuntimeOptions.check_outputs``); the message names the output."""
+
+    reason = "nonfinite_output"
+
+
+class WorkerDied(ModelFailed):
+    """The thread running the request died (e.g. the model raised SystemExit); the thread
+    has been replaced, and the request did not complete."""
+
+    reason = "worker_died"
+
+
 class ModelLoadError(EngineError):
     """The configured model could not be loaded; the message says what to change."""
 

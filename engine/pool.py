@@ -8,7 +8,9 @@ notify.
 
 Each runtime sits in a permanent :class:`Lease` that is its own context manager, so a borrow
 allocates nothing: the deque holds leases, and a lease is in the deque at most once, which
-is what guarantees that no two threads ever hold the same runtime.
+is what guarantees that no two threads ever hold the same runtime. A held lease can have its
+runtime swapped for a fresh one (:meth:`RuntimePool.replace`, e.g. after the old one failed):
+the lease, not the runtime, is the pool's unit, so the pool never shrinks or grows.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ class RuntimePool(Generic[T]):
         self._idle: deque[Lease[T]] = deque()
         self._waiters = 0
         self._freed = threading.Condition(threading.Lock())
+        self._swap = threading.Lock()  # replace() only: serialises rebuilding ``runtimes``
         self.timeout = timeout
         self.runtimes = tuple(runtimes)
         if not self.runtimes:
@@ -66,6 +69,26 @@ class RuntimePool(Generic[T]):
     @property
     def idle(self) -> int:
         return len(self._idle)
+
+    def replace(self, lease: Lease[T], runtime: T) -> T:
+        """Put ``runtime`` into ``lease`` in place of the one it holds, and return the old one.
+
+        The caller must hold the lease (borrowed, not yet given back): a held lease is in no
+        other thread's hands and not in the idle deque, so setting its ``runtime`` needs no
+        lock, and the borrow/give-back fast path stays lock-free. The lock only serialises
+        rebuilding the ``runtimes`` tuple (readers see the old or the new tuple, both whole).
+        """
+        if lease._pool is not self:
+            raise ValueError("the lease belongs to another pool")
+        with self._swap:
+            # A misuse guard, O(size) on this slow path only; the scan is one C call (identity
+            # compares), so no other thread can touch the deque during it.
+            if lease in self._idle:
+                raise ValueError("replace() needs a borrowed lease, not an idle one")
+            old = lease.runtime
+            lease.runtime = runtime
+            self.runtimes = tuple(runtime if r is old else r for r in self.runtimes)
+        return old
 
     def borrow(self) -> Lease[T]:
         """A free runtime's lease; waits up to ``timeout`` s, then raises Overloaded."""

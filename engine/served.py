@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import statistics
+import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
@@ -23,9 +24,10 @@ from engine.backends import BACKENDS, Runtime
 from engine.batching import Batcher, Prediction
 from engine.dispatch import Dispatch, InlineDispatch
 from engine.errors import ConfigError, DeadlineExceeded, EngineError, ModelFailed, NotReady, Overloaded
+from engine.faults import check_finite
 from engine.module import InferenceModule
 from engine.options import RuntimeOptions
-from engine.pool import RuntimePool
+from engine.pool import Lease, RuntimePool
 from engine.schema import Array, Schema, positional
 from engine.sources import load_model
 from engine.threads import ThreadPlan, apply_thread_plan, init_worker_thread, plan_threads
@@ -47,6 +49,13 @@ class ServedModel:
         self.plan = plan
         self.max_queue = max_queue
         compiled = backend.compile(module, options)
+        # Kept to build replacements for runtimes that fail (see _run): same module, same artifact.
+        self._backend, self._compiled = backend, compiled
+        self._counts = threading.Lock()  # failure paths only
+        self.replaced_runtimes = 0
+        """Runtimes replaced by a fresh one after the model raised on them, for metrics."""
+        self.failed_replacements = 0
+        """Replacements that could not be built or warmed (the old runtime stayed), for metrics."""
         runtimes = [backend(module, options, compiled) for _ in range(plan.runtimes)]
         for runtime in runtimes:
             runtime.warmup()
@@ -65,6 +74,8 @@ class ServedModel:
         dispatchers: dict[str, Callable[[], Dispatch]] = {"inline": InlineDispatch, "threads": self._start_workers}
         # With batching the batcher runs everything; ``dispatch`` stays a no-op for close().
         self.dispatch = InlineDispatch() if self.batcher else dispatchers[mode]()
+        dispatch = self.dispatch
+        self._workers = self.batcher or (dispatch if isinstance(dispatch, WorkerThreads) else None)
         self.in_flight = 0
         self.accepting = True
 
@@ -105,6 +116,7 @@ class ServedModel:
             done=self.admission.leave,
             call_seconds=self.service_times.predict,
             initializer=init,
+            check=check_finite if self.options.check_outputs else None,
         )
 
     def _start_workers(self) -> WorkerThreads:
@@ -212,6 +224,8 @@ class ServedModel:
             started = time.perf_counter()
             outputs = self._call(arrays)
             finished = time.perf_counter()
+            if self.options.check_outputs:
+                check_finite(outputs)  # the whole request fails: its rows are one caller's anyway
         finally:
             self.admission.leave(samples)
         batch = next(iter(arrays.values())).shape[0] if arrays else 1
@@ -237,8 +251,36 @@ class ServedModel:
         return outputs
 
     def _run(self, arrays: Mapping[str, Array]) -> dict[str, Array]:
-        with self.pool.borrow() as runtime:
-            return runtime.run(arrays)
+        lease = self.pool.borrow()
+        with lease as runtime:
+            try:
+                return runtime.run(arrays)
+            except EngineError:
+                raise  # the backend refused the input on purpose: the runtime itself is fine
+            except BaseException:
+                # A failure can leave per-runtime state (buffers, caches, a half-run graph) broken,
+                # and nothing proves it did not: that runtime never serves again. Replaced while the
+                # lease is held, so the pool stays full and no other thread can see the swap.
+                self._replace_runtime(lease)
+                raise
+
+    def _replace_runtime(self, lease: Lease[Runtime]) -> None:
+        """Swap a fresh, warm runtime into ``lease``; the failed request's error waits for it
+        (one constructor and ``warmup_iters`` calls), so the next request finds it ready."""
+        try:
+            fresh = self._backend(self.module, self.options, self._compiled)
+            fresh.warmup()
+        except Exception:
+            # The model fails on its own example inputs too: a fresh runtime would not serve any
+            # better, and the pool must not shrink, so the old one stays.
+            log.exception("model %r: could not build a runtime to replace a failed one; keeping it", self.name)
+            with self._counts:
+                self.failed_replacements += 1
+            return
+        self.pool.replace(lease, fresh)
+        with self._counts:
+            self.replaced_runtimes += 1
+        log.warning("model %r: replaced a runtime after the model failed on it", self.name)
 
     def describe(self) -> dict[str, str]:
         """How this model is being served, for logs and the info metric."""
@@ -252,6 +294,29 @@ class ServedModel:
             "usable_cpus": str(self.plan.cpus),
             "torch_version": torch.__version__,
         }
+
+    @property
+    def worker_threads(self) -> int:
+        """Inference threads this model should have (0 when it runs inline on the event loop)."""
+        return self._workers.count if self._workers else 0
+
+    @property
+    def live_workers(self) -> int:
+        """Inference threads alive now; a dead one is replaced at once (see ThreadSet)."""
+        return self._workers.alive if self._workers else 0
+
+    @property
+    def replaced_workers(self) -> int:
+        """Worker threads started to replace dead ones, for metrics."""
+        return self._workers.replaced if self._workers else 0
+
+    @property
+    def healthy(self) -> bool:
+        """Every worker thread alive and the pool at full size: False means this model cannot
+        serve at full capacity (or at all) and will not recover by itself (e.g. a replacement
+        thread failed to initialise), so readiness should report it. Threads stop at close(), so
+        a closed model with worker threads is not healthy either."""
+        return self.live_workers == self.worker_threads and self.pool.size == self.plan.runtimes
 
     @property
     def busy_runtimes(self) -> int:

@@ -56,3 +56,30 @@ def test_a_waiting_borrower_is_woken_when_a_runtime_comes_back():
 def test_an_empty_pool_is_refused():
     with pytest.raises(ValueError, match="at least one runtime"):
         RuntimePool([])
+
+
+def test_replace_swaps_the_runtime_inside_a_held_lease_and_keeps_the_size():
+    pool = RuntimePool(["a", "b"])
+    lease = pool.borrow()
+    with lease as runtime:
+        old = pool.replace(lease, "fresh")
+        assert old == runtime
+        assert lease.runtime == "fresh"
+    assert pool.size == 2
+    assert pool.idle == 2
+    assert sorted(pool.runtimes) == sorted({"a", "b"} - {old} | {"fresh"})
+    with pool.borrow() as again:  # LIFO: the same lease, now holding the fresh runtime
+        assert again == "fresh"
+
+
+def test_replace_refuses_a_lease_that_is_idle_or_from_another_pool():
+    pool, other = RuntimePool(["a"]), RuntimePool(["x"])
+    idle = pool.borrow()
+    idle.__exit__(None, None, None)
+    with pytest.raises(ValueError, match="borrowed lease"):
+        pool.replace(idle, "fresh")
+    foreign = other.borrow()
+    with pytest.raises(ValueError, match="another pool"):
+        pool.replace(foreign, "fresh")
+    assert pool.runtimes == ("a",)
+    assert other.runtimes == ("x",)
