@@ -1,0 +1,459 @@
+"""A bounded soak: mixed valid and invalid traffic from several clients against the real server.
+
+    python -m loadtest.soak [--seconds 60] [--clients 6] [--json PATH]
+
+Starts ``inferpool serve`` (the built-in digits model) on a free 127.0.0.1 port, warms it up
+with every kind of request (excluded from the figures), then runs ``--clients`` threads, each
+with one keep-alive connection, for ``--seconds`` or ``--max-requests`` requests, whichever
+comes first. The mix: valid single samples and batches to ``/predict`` and the v2 infer route
+(JSON and binary tensors); invalid bodies (bad JSON, wrong shape, strings, a body over
+``--max-body-bytes``, unknown models); requests with a deadline too short to meet (503 or 504
+expected); ``GET /metrics`` and ``/health/ready``.
+
+Every response is classified against the status its kind expects. A different status (any
+500, any 5xx but a deadline's 503/504), a connection error, an error without a JSON
+``{"error": ...}`` body, or a 200 with a wrong answer (each image's label is learned in the
+warm-up; a mismatch would mean answers crossed between requests) is a failure.
+
+The server process's RSS (``/proc/PID/status`` VmRSS), thread count (``/proc/PID/task``) and
+open file descriptors (``/proc/PID/fd``) are sampled after the warm-up and every
+``--sample-every`` seconds; the end figure is the median of the last three samples, taken
+while the clients still run (so both ends see the same open connections). Prints a JSON
+summary; exits 1 if any response was unexpected.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import tempfile
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import numpy as np
+
+from loadtest.server import Server, run_server, wait_ready
+
+MAX_BODY_BYTES = 65_536
+IMAGES = np.random.default_rng(0).integers(0, 17, size=(16, 1, 8, 8)).astype(np.float32)
+END_SAMPLES = 3  # the end figure is the median of this many last samples
+MAX_FAILURE_EXAMPLES = 20
+
+
+@dataclass
+class Call:
+    """One request to make and what its answer must be."""
+
+    method: str
+    path: str
+    expect: frozenset[int]
+    content: bytes | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    images: list[int] = field(default_factory=list)
+    """For a 200: indices into IMAGES whose labels the answer must give, in order."""
+    single: bool = False
+    """A single sample (the label is a scalar) rather than a batch."""
+    chunked: bool = False
+    """Send the body in 8 KiB chunks without a Content-Length (the server must count)."""
+    answer: str = ""
+    """How to read a 200: predict, v2json, v2binary, metrics, ready."""
+
+
+OK = frozenset({200})
+DEADLINE = frozenset({503, 504})
+
+
+def _json(value: object) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+def _v2_header(indices: list[int], binary_in: bool, binary_out: bool, **parameters: object) -> dict[str, Any]:
+    tensor: dict[str, Any] = {"name": "image", "shape": [len(indices), 1, 8, 8], "datatype": "FP32"}
+    if binary_in:
+        tensor["parameters"] = {"binary_data_size": 256 * len(indices)}
+    else:
+        tensor["data"] = IMAGES[indices].reshape(-1).tolist()
+    header: dict[str, Any] = {
+        "inputs": [tensor],
+        "outputs": [{"name": "label", "parameters": {"binary_data": binary_out}}],
+    }
+    if parameters:
+        header["parameters"] = parameters
+    return header
+
+
+def _v2_call(indices: list[int], binary: bool, expect: frozenset[int] = OK, **parameters: object) -> Call:
+    head = _json(_v2_header(indices, binary, binary, **parameters))
+    if not binary:
+        return Call("POST", "/v2/models/digits/infer", expect, head, images=indices, answer="v2json")
+    return Call(
+        "POST",
+        "/v2/models/digits/infer",
+        expect,
+        head + IMAGES[indices].tobytes(),
+        {"Inference-Header-Content-Length": str(len(head)), "content-type": "application/octet-stream"},
+        images=indices,
+        answer="v2binary",
+    )
+
+
+def _predict(inputs: object, expect: frozenset[int] = OK, timeout_ms: str | None = None, **kw: Any) -> Call:
+    headers = {"content-type": "application/json"}
+    if timeout_ms is not None:
+        headers["X-Request-Timeout-Ms"] = timeout_ms
+    return Call("POST", "/predict", expect, _json({"inputs": inputs}), headers, **kw)
+
+
+def _bad(path: str, content: bytes, expect: int = 400, **headers: str) -> Call:
+    return Call("POST", path, frozenset({expect}), content, {"content-type": "application/json", **headers})
+
+
+def _indices(rng: random.Random, n: int) -> list[int]:
+    return [rng.randrange(len(IMAGES)) for _ in range(n)]
+
+
+def _single(rng: random.Random) -> Call:
+    i = rng.randrange(len(IMAGES))
+    return _predict(IMAGES[i].tolist(), images=[i], single=True, answer="predict")
+
+
+def _batch(rng: random.Random) -> Call:
+    indices = _indices(rng, rng.randint(2, 8))
+    return _predict(IMAGES[indices].tolist(), images=indices, answer="predict")
+
+
+def _tiny_timeout(rng: random.Random) -> Call:
+    # 1 to 50 µs: shorter than one model call, so admission refuses it (503) or it times out (504).
+    ms = rng.choice(["0.001", "0.01", "0.05"])
+    i = rng.randrange(len(IMAGES))
+    return _predict(IMAGES[i].tolist(), DEADLINE, ms)
+
+
+def _oversized(rng: random.Random) -> Call:
+    # A syntactically valid body just over the limit: 413 on its Content-Length, or, sent
+    # chunked, once the server has counted past the limit.
+    filler = "0," * ((MAX_BODY_BYTES - 10) // 2 + rng.randint(64, 4096))
+    call = _bad(rng.choice(["/predict", "/v2/models/digits/infer"]), f'{{"inputs":[{filler}0]}}'.encode(), 413)
+    call.chunked = rng.random() < 0.5
+    return call
+
+
+def _unknown_model(rng: random.Random) -> Call:
+    # Varying names: a metric labelled by the raw path would grow without bound here.
+    name = f"nope-{rng.randrange(1_000_000)}"
+    body = _json({"inputs": IMAGES[0].tolist()})
+    return _bad(rng.choice([f"/predict/{name}", f"/v2/models/{name}/infer"]), body, 404)
+
+
+# (kind, weight, factory): about 55 % valid, 30 % invalid, 8 % past their deadline, 7 % GETs.
+MIX: list[tuple[str, int, Callable[[random.Random], Call]]] = [
+    ("predict_single", 20, _single),
+    ("predict_batch", 12, _batch),
+    ("v2_json", 10, lambda rng: _v2_call(_indices(rng, rng.randint(1, 4)), binary=False)),
+    ("v2_binary", 13, lambda rng: _v2_call(_indices(rng, rng.randint(1, 8)), binary=True)),
+    ("bad_json", 6, lambda rng: _bad(rng.choice(["/predict", "/v2/models/digits/infer"]), b'{"inputs": [[1, 2')),
+    ("wrong_shape", 6, lambda rng: _bad("/predict", _json({"inputs": [[1.0, 2.0]] * rng.randint(1, 3)}))),
+    ("strings", 6, lambda rng: _bad("/predict", _json({"inputs": [[["x"] * 8] * 8]}))),
+    ("oversized", 6, _oversized),
+    ("unknown_model", 6, _unknown_model),
+    ("tiny_timeout", 5, _tiny_timeout),
+    ("v2_tiny_timeout", 3, lambda rng: _v2_call(_indices(rng, 1), rng.random() < 0.5, DEADLINE, timeout=5)),
+    ("metrics", 3, lambda rng: Call("GET", "/metrics", OK, answer="metrics")),
+    ("ready", 4, lambda rng: Call("GET", "/health/ready", OK, answer="ready")),
+]
+KINDS = [kind for kind, _, _ in MIX]
+WEIGHTS = [weight for _, weight, _ in MIX]
+FACTORIES = {kind: factory for kind, _, factory in MIX}
+
+
+def _labels_of(call: Call, response: httpx2.Response) -> list[int]:
+    if call.answer == "predict":
+        label = response.json()["outputs"]["label"]
+        return [label] if call.single else list(label)
+    if call.answer == "v2json":
+        outputs = response.json()["outputs"]
+    else:
+        length = int(response.headers["inference-header-content-length"])
+        raw = response.content
+        outputs = json.loads(raw[:length])["outputs"]
+        offset = length
+        for output in outputs:
+            size = output["parameters"]["binary_data_size"]
+            output["data"] = np.frombuffer(raw[offset : offset + size], dtype=np.int64).tolist()
+            offset += size
+        if offset != len(raw):
+            raise ValueError(f"binary outputs end at {offset}, body has {len(raw)} bytes")
+    (label,) = [o for o in outputs if o["name"] == "label"]
+    return list(label["data"])
+
+
+def check(call: Call, response: httpx2.Response, labels: dict[int, int]) -> str | None:
+    """What is wrong with this answer, or None."""
+    status = response.status_code
+    if status not in call.expect:
+        return f"status {status}, expected {sorted(call.expect)}"
+    if status != 200:
+        try:
+            body = response.json()
+        except ValueError:
+            return f"{status} without a JSON body"
+        if not isinstance(body, dict) or not isinstance(body.get("error"), str) or not body["error"]:
+            return f"{status} without an error message"
+        if status == 503 and not response.headers.get("retry-after", "").isdigit():
+            return "503 without a numeric Retry-After"
+        return None
+    try:
+        if call.answer == "metrics":
+            return None if "inferpool_requests_total" in response.text else "metrics without inferpool_requests_total"
+        if call.answer == "ready":
+            return None if response.json().get("status") == "ready" else f"ready answered {response.text[:200]}"
+        got = _labels_of(call, response)
+    except (ValueError, KeyError, TypeError) as exc:
+        return f"unreadable 200 answer: {exc!r}"
+    want = [labels[i] for i in call.images]
+    return None if got == want else f"labels {got}, expected {want} (answers crossed?)"
+
+
+def sample(pid: int) -> dict[str, int]:
+    proc = Path(f"/proc/{pid}")
+    status = (proc / "status").read_text()
+    rss = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:"))
+    return {"rss_kb": rss, "threads": len(os.listdir(proc / "task")), "fds": len(os.listdir(proc / "fd"))}
+
+
+@dataclass
+class Tally:
+    """What the clients saw; appended to under one lock."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    statuses: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
+    failures: int = 0
+    examples: list[dict[str, Any]] = field(default_factory=list)
+    latencies: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    sent: int = 0
+
+    def take(self, cap: int) -> bool:
+        with self.lock:
+            if self.sent >= cap:
+                return False
+            self.sent += 1
+            return True
+
+    def record(self, kind: str, status: str, seconds: float, problem: str | None, detail: str = "") -> None:
+        with self.lock:
+            self.statuses[kind][status] += 1
+            self.latencies[kind].append(seconds)
+            if problem is not None:
+                self.failures += 1
+                if len(self.examples) < MAX_FAILURE_EXAMPLES:
+                    self.examples.append({"kind": kind, "status": status, "problem": problem, "body": detail[:300]})
+
+
+def send(http: httpx2.Client, call: Call) -> httpx2.Response:
+    content: bytes | Iterator[bytes] | None = call.content
+    if call.chunked and call.content is not None:
+        body = call.content
+        content = (body[i : i + 8192] for i in range(0, len(body), 8192))
+    return http.request(call.method, call.path, content=content, headers=call.headers)
+
+
+def client_loop(
+    http: httpx2.Client, rng: random.Random, labels: dict[int, int], tally: Tally, stop_at: float, cap: int
+) -> None:
+    while time.monotonic() < stop_at and tally.take(cap):
+        kind = rng.choices(KINDS, WEIGHTS)[0]
+        attempt(http, kind, FACTORIES[kind](rng), labels, tally)
+
+
+def attempt(http: httpx2.Client, kind: str, call: Call, labels: dict[int, int], tally: Tally) -> None:
+    started = time.perf_counter()
+    try:
+        response = send(http, call)
+    except httpx2.HTTPError as exc:
+        tally.record(kind, "error", time.perf_counter() - started, f"{type(exc).__name__}: {exc}")
+        return
+    elapsed = time.perf_counter() - started
+    problem = check(call, response, labels)
+    tally.record(kind, str(response.status_code), elapsed, problem, response.text if problem else "")
+
+
+def learn_labels(http: httpx2.Client) -> dict[int, int]:
+    response = http.post("/predict", json={"inputs": IMAGES.tolist()})
+    response.raise_for_status()
+    return dict(enumerate(response.json()["outputs"]["label"]))
+
+
+def warm_up(clients: list[httpx2.Client], labels: dict[int, int], seconds: float, seed: int) -> dict[str, Any]:
+    """Every kind at least once from every client, then the mix for ``seconds``; unexpected
+    answers here already count (returned), but nothing enters the figures."""
+    tally = Tally()
+    for n, http in enumerate(clients):
+        rng = random.Random(seed - 1 - n)
+        for kind, _, factory in MIX:
+            attempt(http, kind, factory(rng), labels, tally)
+    run_clients(clients, labels, tally, seconds, 10**9, seed - 1000)
+    requests = sum(sum(c.values()) for c in tally.statuses.values())
+    return {"requests": requests, "failures": tally.failures, "failure_examples": tally.examples}
+
+
+def run_clients(
+    clients: list[httpx2.Client], labels: dict[int, int], tally: Tally, seconds: float, cap: int, seed: int
+) -> None:
+    stop_at = time.monotonic() + seconds
+    threads = [
+        threading.Thread(target=client_loop, args=(http, random.Random(seed + n), labels, tally, stop_at, cap))
+        for n, http in enumerate(clients)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+def metrics_size(http: httpx2.Client) -> dict[str, int]:
+    """Bytes and series in /metrics: a label taken from the raw path would make both grow."""
+    text = http.get("/metrics").text
+    return {"bytes": len(text), "series": sum(1 for line in text.splitlines() if line and line[0] != "#")}
+
+
+def _figures(samples: list[dict[str, Any]], key: str) -> dict[str, float]:
+    start = samples[0][key]
+    end = statistics.median(s[key] for s in samples[-END_SAMPLES:])
+    return {"start": start, "end": end, "max": max(s[key] for s in samples), "growth_pct": 100 * (end - start) / start}
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def soak(
+    server: Server,
+    seconds: float,
+    clients: int,
+    warmup: float = 5.0,
+    sample_every: float = 2.0,
+    max_requests: int = 500_000,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Run the soak against a running server; returns the summary."""
+    if not server.url.startswith("http://127.0.0.1:"):
+        raise ValueError(f"the soak only talks to 127.0.0.1, not {server.url}")
+    pid = server.process.pid
+    http_clients = [httpx2.Client(base_url=server.url, timeout=10.0) for _ in range(clients)]
+    try:
+        labels = learn_labels(http_clients[0])
+        warm = warm_up(http_clients, labels, warmup, seed)
+        metrics_start = metrics_size(http_clients[0])
+
+        samples: list[dict[str, Any]] = []
+        done = threading.Event()
+        began = time.monotonic()
+
+        def sampler() -> None:
+            while True:
+                samples.append({"t": round(time.monotonic() - began, 2), **sample(pid)})
+                if done.wait(sample_every):
+                    return
+
+        tally = Tally()
+        watcher = threading.Thread(target=sampler)
+        watcher.start()
+        # Clients stop a little after the last sample, so every sample sees the same traffic.
+        run_clients(http_clients, labels, tally, seconds, max_requests, seed)
+        elapsed = time.monotonic() - began
+        done.set()
+        watcher.join()
+        metrics_end = metrics_size(http_clients[0])
+        after = sample(pid)
+    finally:
+        for http in http_clients:
+            http.close()
+
+    log = server.output().splitlines()
+    log_problems = [line for line in log if "Traceback" in line or "ERROR" in line or "unhandled" in line]
+    total = sum(sum(c.values()) for c in tally.statuses.values())
+    every = [s for kind in tally.latencies.values() for s in kind]
+    return {
+        "config": {
+            "seconds": seconds,
+            "clients": clients,
+            "warmup_seconds": warmup,
+            "sample_every_seconds": sample_every,
+            "max_requests": max_requests,
+            "max_body_bytes": MAX_BODY_BYTES,
+            "seed": seed,
+        },
+        "warmup": warm,
+        "duration_s": round(elapsed, 2),
+        "requests": total,
+        "rps": round(total / elapsed, 1),
+        "failures": tally.failures,
+        "failure_examples": tally.examples,
+        "by_kind": {kind: dict(sorted(tally.statuses[kind].items())) for kind in KINDS if kind in tally.statuses},
+        "latency_ms": {
+            kind: {
+                "p50": round(1e3 * _percentile(values, 0.5), 2),
+                "p99": round(1e3 * _percentile(values, 0.99), 2),
+                "max": round(1e3 * max(values), 2),
+            }
+            for kind, values in sorted(tally.latencies.items())
+        }
+        | {"all": {"p50": round(1e3 * _percentile(every, 0.5), 2), "p99": round(1e3 * _percentile(every, 0.99), 2)}},
+        "process": {
+            "pid": pid,
+            "samples": len(samples),
+            "rss_kb": _figures(samples, "rss_kb"),
+            "threads": _figures(samples, "threads"),
+            "fds": _figures(samples, "fds"),
+            "after_clients_stopped": after,
+            "series": samples,
+        },
+        "metrics_text": {"start": metrics_start, "end": metrics_end},
+        "server_log": {"lines": len(log), "problems": len(log_problems), "examples": log_problems[:10]},
+    }
+
+
+def run(seconds: float, clients: int, warmup: float = 5.0, sample_every: float = 2.0, **kw: Any) -> dict[str, Any]:
+    """Start a server, soak it, stop it."""
+    with tempfile.TemporaryDirectory(prefix="inferpool-soak-") as logs:
+        args = ("--max-body-bytes", str(MAX_BODY_BYTES))
+        with run_server(Path(logs), *args) as server:
+            wait_ready(server)
+            summary = soak(server, seconds, clients, warmup, sample_every, **kw)
+        summary["config"]["server_args"] = list(args)
+        summary["server_exit_code"] = server.process.returncode
+    return summary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--clients", type=int, default=6)
+    parser.add_argument("--warmup", type=float, default=5.0)
+    parser.add_argument("--sample-every", type=float, default=2.0)
+    parser.add_argument("--max-requests", type=int, default=500_000, help="stop after this many requests in all")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", type=Path, help="also write the summary here")
+    ns = parser.parse_args()
+    if not 0 < ns.seconds <= 3600 or not 1 <= ns.clients <= 32:
+        parser.error("--seconds must be in (0, 3600] and --clients in [1, 32]")
+    summary = run(ns.seconds, ns.clients, ns.warmup, ns.sample_every, max_requests=ns.max_requests, seed=ns.seed)
+    text = json.dumps(summary, indent=2)
+    print(text)
+    if ns.json:
+        ns.json.write_text(text + "\n")
+    raise SystemExit(1 if summary["failures"] or summary["warmup"]["failures"] else 0)
+
+
+if __name__ == "__main__":
+    main()
