@@ -14,6 +14,9 @@ does not fit (different per-sample shape, or too many samples: it starts the nex
 requests run first come, first served, as in Triton's dynamic batcher: none can starve),
 when its first request has waited ``max_delay`` since it was queued, or when waiting longer
 would break the earliest deadline in it.
+
+A worker that dies (SystemExit from the model, an exception escaping the loop) first answers
+every request it holds with ``WorkerDied``, then ``ThreadSet`` starts its replacement.
 """
 
 from __future__ import annotations

@@ -41,12 +41,12 @@ class RuntimeOptions:
 
     check_outputs: bool = False
     """Fail a request whose float outputs contain NaN or infinity (``ModelFailed``, HTTP 500,
-    naming the output) instead of returning them (JSON has no NaN: clients would get
-    ``null``s or a non-standard token). With batching only the requests whose own rows are
-    affected fail. Turn it on for models that can overflow or divide by zero on odd inputs;
-    it costs one ``isfinite`` pass over every float output (~1 µs per 10k elements), which is
-    why it is off by default. A non-finite output does not replace the runtime: it comes from
-    the input, not from a broken runtime."""
+    naming the output) instead of returning them (JSON has no NaN, so clients would get
+    ``null``). With batching only the requests whose own rows are affected fail. Turn it on
+    for models that can overflow or divide by zero on odd inputs; it costs one ``isfinite``
+    pass over every float output per request (measured: ~2 µs plus ~0.25 ms per million
+    float32 elements), which is why it is off by default. A non-finite output does not
+    replace the runtime: it comes from the input, not from a broken runtime."""
 
     dispatch: str = "threads"
     """Where inference runs: ``threads`` (worker threads; the event loop stays responsive),
