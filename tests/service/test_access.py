@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
 from config import load_settings
-from service.app import create_app
+from tests.service.conftest import app_client
 
 KEY = "s3cret-key"
 
@@ -15,10 +14,7 @@ KEY = "s3cret-key"
 @pytest.fixture(scope="module")
 def guarded(monkeypatch_module):
     monkeypatch_module.setenv("INFERPOOL_API_KEY", KEY)
-    settings = load_settings(None, ["--cors-origins", '["https://app.example.com"]'])
-    app = create_app(settings)
-    with TestClient(app, raise_server_exceptions=False) as client:
-        app.state.host.wait_loaded(60)
+    with app_client("--cors-origins", '["https://app.example.com"]') as client:
         yield client
 
 

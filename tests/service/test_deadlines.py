@@ -10,22 +10,13 @@ import httpx2
 import numpy as np
 import pytest
 import tritonclient.http as triton
-from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
 from loadtest.server import run_server, wait_ready
+from tests.service.conftest import metric_total
 from tests.slow_model import CALL_SECONDS
 
 SAMPLE = np.zeros((1, 8, 8)).tolist()
-
-
-def metric(text: str, name: str, **labels: str) -> float:
-    return sum(
-        s.value
-        for f in text_string_to_metric_families(text)
-        for s in f.samples
-        if s.name == name and labels.items() <= s.labels.items()
-    )
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +34,7 @@ def test_a_request_past_its_deadline_gets_504_and_the_server_keeps_serving(slow)
         assert late.status_code == 504
         assert "deadline" in late.json()["error"]
         assert http.post("/predict", json={"inputs": SAMPLE}).status_code == 200
-        assert metric(http.get("/metrics").text, "inferpool_rejections_total", reason="deadline") >= 1
+        assert metric_total(http.get("/metrics").text, "inferpool_rejections_total", reason="deadline") >= 1
 
 
 @pytest.mark.parametrize("value", ["soon", "-5", "0", "inf"])
@@ -82,7 +73,7 @@ def test_admission_refuses_at_once_what_the_queue_would_make_late(slow):
     assert min(elapsed for elapsed, _ in refused) < budget_ms / 1e3
     assert all(retry.isdigit() for _, retry in refused)
     text = httpx2.get(slow.url + "/metrics").text
-    assert metric(text, "inferpool_rejections_total", reason="predicted_wait") >= 1
+    assert metric_total(text, "inferpool_rejections_total", reason="predicted_wait") >= 1
 
 
 def test_v2_timeout_parameter_in_microseconds(slow):
@@ -113,7 +104,7 @@ def test_batching_combines_concurrent_requests(tmp_path, images, reference):
     labels = reference(images)[1]
     assert [label for label, _ in results] == [int(labels[i % 16]) for i in range(64)]
     assert all("batch;dur=" in timing for _, timing in results)
-    calls = metric(text, "inferpool_batch_size_count")
-    samples = metric(text, "inferpool_batch_size_sum")
+    calls = metric_total(text, "inferpool_batch_size_count")
+    samples = metric_total(text, "inferpool_batch_size_sum")
     assert samples / calls > 1.5, "requests should have shared model calls"
-    assert metric(text, "inferpool_batch_formation_seconds_count") == 64
+    assert metric_total(text, "inferpool_batch_formation_seconds_count") == 64

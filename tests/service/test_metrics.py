@@ -6,19 +6,15 @@ import re
 
 import numpy as np
 import pytest
-from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from config import load_settings
-from service.app import create_app
 from tests.fault_models import POISON
+from tests.service.conftest import app_client
 
 
 @pytest.fixture(scope="module")
 def faulty():
-    app = create_app(load_settings(None, ["--model", "tests.fault_models:raising", "--max-body-bytes", "4096"]))
-    with TestClient(app, raise_server_exceptions=False) as client:
-        app.state.host.wait_loaded(60)
+    with app_client("--model", "tests.fault_models:raising", "--max-body-bytes", "4096") as client:
         yield client
 
 

@@ -10,21 +10,12 @@ from pathlib import Path
 
 import httpx2
 import numpy as np
-from prometheus_client.parser import text_string_to_metric_families
 
 from loadtest.server import run_server, wait_ready
 from tests.fault_models import POISON
+from tests.service.conftest import metric_total
 
 PROMTOOL = shutil.which("promtool", path=str(Path(sys.executable).parent)) or shutil.which("promtool")
-
-
-def total(text: str, name: str, **labels: str) -> float:
-    return sum(
-        sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name == name and labels.items() <= sample.labels.items()
-    )
 
 
 def test_promtool_accepts_the_metrics_output(tmp_path, images):
@@ -57,9 +48,9 @@ def test_two_worker_processes_report_aggregated_counts(tmp_path, images):
             scrapes = [http.get("/metrics").text for _ in range(6)]
     assert len(pids) == 2, "both processes should have served requests"
     for text in scrapes:  # whichever process answers the scrape, it reports both
-        assert total(text, "inferpool_requests_total", route="/predict", status="200") == 40
-        assert total(text, "inferpool_inference_seconds_count") == 40
-        assert total(text, "inferpool_runtimes") == 2  # one runtime per process on 2 CPUs
+        assert metric_total(text, "inferpool_requests_total", route="/predict", status="200") == 40
+        assert metric_total(text, "inferpool_inference_seconds_count") == 40
+        assert metric_total(text, "inferpool_runtimes") == 2  # one runtime per process on 2 CPUs
     assert not (metrics_dir / "counter_stale.db").exists()
 
 
@@ -74,8 +65,9 @@ def test_json_logs_carry_the_request_id_and_the_traceback_once(tmp_path):
         assert ok.status_code == 200
     lines = [json.loads(line) for line in server.output().splitlines() if line.startswith("{")]
     assert lines, server.output()
-    failures = [line for line in lines if line["request_id"] == "trace-me"]
-    assert len(failures) == 1
+    traced = [line for line in lines if line["request_id"] == "trace-me"]
+    failures = [line for line in traced if "exception" in line]
+    assert len(failures) == 1  # the traceback is logged once
     assert failures[0]["level"] == "error"
     assert "poisoned input" in failures[0]["exception"]
     assert any("effective config" in line["message"] for line in lines)
