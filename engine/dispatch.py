@@ -8,8 +8,11 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Protocol, TypeVar
+
+from engine.errors import WorkerDied
 
 R = TypeVar("R")
 
@@ -22,7 +25,16 @@ class Dispatch(Protocol):
 
 class InlineDispatch:
     async def run(self, fn: Callable[[], R]) -> R:
-        return fn()
+        try:
+            return fn()
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            raise
+        except BaseException as exc:
+            # On the event loop a model's SystemExit would stop the whole server: it fails the
+            # request instead, as a dying worker thread does under the ``threads`` dispatch.
+            if isinstance(exc, Exception):
+                raise
+            raise WorkerDied(f"the model raised {type(exc).__name__}; the request failed") from exc
 
     def close(self) -> None:
         pass

@@ -52,7 +52,10 @@ class ModelHost:
             return "failed"
         if self.default is None:
             return "loading"
-        return "stopping" if self.draining or not self.default.accepting else "ready"
+        if self.draining or not self.default.accepting:
+            return "stopping"
+        # A worker thread died and its replacement is not up, or the pool lost a runtime.
+        return "ready" if all(model.healthy for model in self.models.values()) else "degraded"
 
     def get(self, name: str | None = None) -> ServedModel:
         """A model by name (the default one without), NotReady (503) while the host is not

@@ -75,6 +75,13 @@ class Metrics:
             "inferpool_rejections", "Requests refused to protect the service, by reason.", ["reason"], registry=r
         )
         self.failures = Counter("inferpool_failures", "Requests that failed, by reason.", ["reason"], registry=r)
+        self.runtime_replacements = Counter(
+            "inferpool_runtime_replacements", "Runtimes rebuilt after the model raised.", ["model"], registry=r
+        )
+        self.worker_replacements = Counter(
+            "inferpool_worker_replacements", "Worker threads restarted after one died.", ["model"], registry=r
+        )
+        self._seen_replacements: dict[tuple[str, str], int] = {}
         self.in_flight = gauge("inferpool_inflight_requests", "Requests accepted and not yet answered.")
         self.queue_depth = gauge("inferpool_queue_depth", "Accepted requests waiting for a runtime.")
         self.runtimes_busy = gauge("inferpool_runtimes_busy", "Runtimes running a request.")
@@ -102,6 +109,16 @@ class Metrics:
         self.runtimes_busy.labels(model.name).set(busy)
         self.runtimes_idle.labels(model.name).set(model.pool.size - busy)
         self.queue_depth.labels(model.name).set(max(0, model.in_flight - busy))
+        self._count_up(self.runtime_replacements, model.name, model.replaced_runtimes)
+        self._count_up(self.worker_replacements, model.name, model.replaced_workers)
+
+    def _count_up(self, counter: Counter, model: str, total: int) -> None:
+        """The engine keeps running totals; a counter needs the increments since last time."""
+        key = (str(id(counter)), model)
+        delta = total - self._seen_replacements.get(key, 0)
+        if delta > 0:
+            counter.labels(model).inc(delta)
+            self._seen_replacements[key] = total
 
     def observe_request(self, route: str, status: int, seconds: float, inference: Inference | None) -> None:
         with _Guard("request"):
