@@ -91,9 +91,11 @@ def test_a_model_that_raises_gets_a_clean_500_and_the_pool_survives(faulty, imag
         == 1
     )
     assert value(after, "inferpool_runtimes_idle", model="digits") == value(after, "inferpool_runtimes", model="digits")
-    assert value(after, "inferpool_runtime_replacements_total", model="digits") - value(
-        before, "inferpool_runtime_replacements_total", model="digits"
-    ) == 1  # the runtime that raised was rebuilt from the shared module
+    assert (
+        value(after, "inferpool_runtime_replacements_total", model="digits")
+        - value(before, "inferpool_runtime_replacements_total", model="digits")
+        == 1
+    )  # the runtime that raised was rebuilt from the shared module
     assert faulty.get("/health/ready").status_code == 200
     assert faulty.post("/predict", json={"inputs": images[0].tolist()}).status_code == 200
 
