@@ -1,0 +1,114 @@
+"""Run a load scenario against a fresh InferPool server: ``python -m loadtest.run SCENARIO.toml``.
+
+    python -m loadtest.run loadtest/scenarios/digits-json-open.toml [--out DIR] [--pin]
+                           [--duration S] [--warmup S] [--rates 100,200] [--concurrency 1,8]
+
+A scenario (TOML, see ``loadtest/scenarios/``)::
+
+    name = "digits-json-open"
+    [server]
+    args = ["--model", "engine.zoo.digits:build"]   # extra `inferpool serve` arguments
+    [load]
+    payload = "digits-json"        # digits-json | digits-v2-binary
+    rates = [250, 500, 1000]       # open loop, offered req/s; or
+    concurrency = [1, 8, 64]       # closed loop, keep-alive clients
+    duration = 8                   # measured seconds per run
+    warmup = 2                     # excluded seconds per run
+    pin = false                    # server on CPU 1 (taskset), generator on CPU 0
+
+Starts ``inferpool serve`` on a free 127.0.0.1 port, waits for readiness, runs every rate and
+concurrency with ``loadtest.openloop``, and writes ``runs.json`` (each run plus the scenario,
+the server's process-tree RSS and CPU) and the PNGs to ``--out`` (default: a new directory
+under /tmp). Command-line values override the scenario's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from loadtest import openloop
+from loadtest.procs import free_port, inferpool_argv, launch
+
+LOAD_KEYS = {"payload", "rates", "concurrency", "duration", "warmup", "pin", "drain", "max_requests"}
+
+
+def load_scenario(path: Path) -> dict[str, Any]:
+    scenario = tomllib.loads(path.read_text())
+    load = scenario.get("load", {})
+    unknown = set(load) - LOAD_KEYS
+    if unknown:
+        raise ValueError(f"{path}: unknown [load] keys {sorted(unknown)}")
+    if load.get("payload", "digits-json") not in openloop.PAYLOADS:
+        raise ValueError(f"{path}: payload must be one of {sorted(openloop.PAYLOADS)}")
+    if not load.get("rates") and not load.get("concurrency"):
+        raise ValueError(f"{path}: [load] needs rates (open loop) or concurrency (closed loop)")
+    scenario.setdefault("name", path.stem)
+    scenario.setdefault("server", {}).setdefault("args", [])
+    return scenario
+
+
+def run_scenario(scenario: dict[str, Any], out: Path, log_dir: Path | None = None) -> list[dict[str, Any]]:
+    load = scenario["load"]
+    out.mkdir(parents=True, exist_ok=True)
+    pin = bool(load.get("pin", False))
+    port = free_port()
+    argv = inferpool_argv(port, *scenario["server"]["args"])
+    previous = os.sched_getaffinity(0)
+    with launch(scenario["name"], argv, log_dir or out, port=port, cpus=[1] if pin else None) as server:
+        if pin:
+            os.sched_setaffinity(0, {0})
+        try:
+            runs = openloop.sweep(
+                server.url,
+                openloop.PAYLOADS[load.get("payload", "digits-json")](),
+                rates=load.get("rates", []),
+                concurrencies=load.get("concurrency", []),
+                server_pid=server.process.pid,
+                label=scenario["name"] + (" pinned" if pin else ""),
+                duration=float(load.get("duration", 10)),
+                warmup=float(load.get("warmup", 2)),
+                drain=float(load.get("drain", 10)),
+                max_requests=int(load.get("max_requests", 2_000_000)),
+            )
+        finally:
+            os.sched_setaffinity(0, previous)
+    for run in runs:
+        run["scenario"] = scenario
+        run["pinned"] = pin
+    openloop.write_results(runs, out, scenario["name"])
+    return runs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("scenario", type=Path)
+    parser.add_argument("--out", type=Path, default=None, help="results directory (default: new one under /tmp)")
+    parser.add_argument("--duration", type=float, default=None)
+    parser.add_argument("--warmup", type=float, default=None)
+    parser.add_argument("--rates", type=openloop._floats, default=None)
+    parser.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",") if x], default=None)
+    parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=None)
+    args = parser.parse_args()
+    scenario = load_scenario(args.scenario)
+    load = scenario["load"]
+    for key in ("duration", "warmup", "pin"):
+        if getattr(args, key) is not None:
+            load[key] = getattr(args, key)
+    if args.rates is not None or args.concurrency is not None:
+        load["rates"], load["concurrency"] = args.rates or [], args.concurrency or []
+    out = args.out or Path(tempfile.mkdtemp(prefix=f"inferpool-{scenario['name']}-{time.strftime('%H%M%S')}-"))
+    runs = run_scenario(scenario, out)
+    for run in runs:
+        print(openloop.brief(run), f" server {run['server_cpu_cores']} cores {run['server_rss_mb']} MB", flush=True)
+    print(json.dumps({"results": str(out), "files": sorted(p.name for p in out.iterdir())}))
+
+
+if __name__ == "__main__":
+    main()
