@@ -6,6 +6,7 @@ file (``--config FILE``, else ``default.toml`` beside this module), the defaults
 from __future__ import annotations
 
 from contextvars import ContextVar
+from itertools import pairwise
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -33,6 +34,19 @@ def check_source(value: str) -> str:
     return value
 
 
+HANDLER_HELP = (
+    "Pre-/post-processing for the model, 'package.module:attr' (see engine/handlers.py): turns a request's "
+    "payload (e.g. text) into its input tensors and its outputs into the answer, on the worker thread. "
+    "Unset = tensors in, tensors out."
+)
+
+
+def check_handler(value: str) -> str:
+    if ":" not in value:
+        raise ValueError(f"handler {value!r} must be 'package.module:attr'")
+    return value
+
+
 def check_backend(value: RuntimeOptions) -> RuntimeOptions:
     if value.backend not in BACKENDS:
         raise ValueError(f"runtime.backend {value.backend!r} is unknown; choose one of {sorted(BACKENDS)}")
@@ -53,6 +67,7 @@ class ModelEntry(BaseModel):
     runtime: Annotated[RuntimeOptions, AfterValidator(check_backend)] | None = Field(
         None, description="Runtime options for this model; default: the top-level [runtime]."
     )
+    handler: Annotated[str, AfterValidator(check_handler)] | None = Field(None, description=HANDLER_HELP)
 
 
 class Settings(BaseSettings):
@@ -70,6 +85,7 @@ class Settings(BaseSettings):
         description="What to serve: a factory 'package.module:function' returning engine.ModelSpec, "
         "or a torch.export archive 'path/model.pt2'. The default is the built-in digits CNN.",
     )
+    handler: Annotated[str, AfterValidator(check_handler)] | None = Field(None, description=HANDLER_HELP)
     host: str = Field("127.0.0.1", description="Address to listen on; 0.0.0.0 inside a container.")
     port: int = Field(8000, ge=0, le=65535, description="TCP port (0 picks a free one).")
     max_queue: int = Field(
@@ -130,6 +146,11 @@ class Settings(BaseSettings):
         description="Browser origins allowed to call the API (e.g. https://app.example.com); empty = CORS off. "
         "'*' is refused: name the origins.",
     )
+    latency_buckets: list[float] | None = Field(
+        None,
+        description="Bucket bounds in seconds for the latency histograms (end to end, queue, inference, "
+        "overhead); default: 25 µs to 10 s. Set them around your SLO, e.g. [0.005, 0.01, 0.02, 0.05, 0.1].",
+    )
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log verbosity.")
     log_format: Literal["plain", "json"] = Field(
         "plain", description="'json' for one JSON object per line (log shippers), 'plain' for people."
@@ -140,6 +161,13 @@ class Settings(BaseSettings):
         description="Further models to serve beside 'model', each at /predict/{name} and /v2/models/{name}; "
         "the CPUs are split equally between all models' pools.",
     )
+
+    @field_validator("latency_buckets")
+    @classmethod
+    def _increasing(cls, value: list[float] | None) -> list[float] | None:
+        if value is not None and (not value or value[0] <= 0 or any(b <= a for a, b in pairwise(value))):
+            raise ValueError("latency_buckets must be positive and strictly increasing, e.g. [0.001, 0.01, 0.1]")
+        return value
 
     @field_validator("cors_origins")
     @classmethod

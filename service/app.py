@@ -37,7 +37,7 @@ def _announce(model: ServedModel, metrics: Metrics, version: str) -> None:
 
 
 def create_app(settings: Settings) -> FastAPI:
-    metrics = Metrics()
+    metrics = Metrics(tuple(settings.latency_buckets)) if settings.latency_buckets else Metrics()
     version = _version()
     host = ModelHost(settings, on_ready=lambda model: _announce(model, metrics, version))
 
@@ -73,5 +73,9 @@ def create_app(settings: Settings) -> FastAPI:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"])
     app.state.activity = Activity()
     app.add_middleware(RequestContext, metrics=metrics, activity=app.state.activity)
-    app.openapi = model_aware_openapi(app, lambda: host.default.schema if host.default else None)  # type: ignore[method-assign]
+    app.openapi = model_aware_openapi(  # type: ignore[method-assign]
+        app,
+        lambda: host.default.schema if host.default else None,
+        lambda: host.default.handler if host.default else None,
+    )
     return app

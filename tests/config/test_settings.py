@@ -38,6 +38,7 @@ def test_priority_is_cli_then_env_then_file(monkeypatch, tmp_path):
         (["--model", "mymodel"], "must be 'package.module:function' or a path ending in .pt2"),
         (["--model", "missing.pt2"], "does not exist"),
         (["--port", "70000"], "less than or equal to 65535"),
+        (["--latency-buckets", "[0.1, 0.01]"], "must be positive and strictly increasing"),
     ],
 )
 def test_bad_values_are_refused_with_a_fix(args, message):

@@ -122,3 +122,11 @@ def test_pool_gauges_and_info(faulty):
     assert len(info) == 1
     assert dict(info[0])["backend"] == "eager"
     assert dict(info[0])["torch_version"].startswith("2.13")
+
+
+def test_latency_buckets_come_from_the_config(images):
+    with app_client("--latency-buckets", "[0.002, 0.02, 0.2]") as client:
+        client.post("/predict", json={"inputs": images[0].tolist()})
+        text = client.get("/metrics").text
+    assert 'inferpool_request_duration_seconds_bucket{le="0.02",route="/predict"}' in text
+    assert 'le="5e-05",route="/predict"' not in text
