@@ -17,6 +17,7 @@ from engine.errors import (
     PredictedWaitExceeded,
     WorkerDied,
 )
+from engine.handlers import Handler
 from engine.module import InferenceModule
 from engine.options import RuntimeOptions
 from engine.pool import RuntimePool
@@ -31,6 +32,7 @@ __all__ = [
     "ConfigError",
     "DeadlineExceeded",
     "EngineError",
+    "Handler",
     "InferenceModule",
     "InvalidInput",
     "ModelFailed",

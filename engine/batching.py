@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -35,6 +36,8 @@ import numpy as np
 from engine.errors import DeadlineExceeded, EngineError, ModelFailed, NotReady
 from engine.schema import Array
 from engine.workers import ThreadSet, worker_died
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,11 +59,16 @@ class Prediction:
 
 Coerce = Callable[[object], tuple[dict[str, Array], bool]]
 Run = Callable[[Mapping[str, Array]], dict[str, Array]]
+Prepare = Callable[[object], tuple[object, object]]
+"""A model handler's preprocess, before ``coerce``: payload -> (model inputs, context)."""
+Finish = Callable[[dict[str, Array], object], dict[str, Array]]
+"""A model handler's postprocess, on one request's rows: (outputs, context) -> outputs."""
 
 
 class Request:
     __slots__ = (
         "arrays",
+        "context",
         "deadline",
         "dequeued",
         "estimate",
@@ -84,6 +92,7 @@ class Request:
         self.queued = time.monotonic()
         self.dequeued = 0.0
         self.arrays: dict[str, Array] = {}
+        self.context: object = None
         self.single = False
         self.rows = 0
         self.validate = 0.0
@@ -107,12 +116,15 @@ class Batcher:
         call_seconds: Callable[[int], float],
         initializer: Callable[[], object],
         check: Callable[[Mapping[str, Array]], None] | None = None,
+        prepare: Prepare | None = None,
+        finish: Finish | None = None,
     ) -> None:
         self.max_batch_size = max_batch_size
         self.max_delay = max_delay
         self.preferred = frozenset(preferred)
         self._coerce, self._run, self._done, self._call_seconds = coerce, run, done, call_seconds
         self._check = check
+        self._prepare_hook, self._finish = prepare, finish
         self._queue: SimpleQueue[Request | None] = SimpleQueue()
         self._leader = threading.Lock()
         self._carry: Request | None = None  # taken but did not fit: starts the next batch
@@ -218,7 +230,10 @@ class Batcher:
             error = DeadlineExceeded("the request's deadline passed while it was queued; it never ran")
         else:
             try:
-                request.arrays, request.single = self._coerce(request.inputs)
+                inputs = request.inputs
+                if self._prepare_hook is not None:
+                    inputs, request.context = self._prepare_hook(inputs)
+                request.arrays, request.single = self._coerce(inputs)
                 request.rows = next(iter(request.arrays.values())).shape[0]
                 request.validate = time.monotonic() - now
                 request.inputs = None  # the arrays replace it; free the decoded JSON early
@@ -267,6 +282,12 @@ class Batcher:
                     except ModelFailed as exc:
                         results.append((r.future, exc))
                         continue
+                if self._finish is not None:
+                    try:
+                        mine = self._finish(mine, r.context)
+                    except Exception as exc:  # noqa: BLE001 -- this request's handler failed, not the batch
+                        results.append((r.future, _handler_failed(exc)))
+                        continue
                 prediction = Prediction(
                     outputs=mine,
                     single=r.single,
@@ -286,6 +307,13 @@ class Batcher:
             _settle_all(loop, items)
         if died is not None:
             raise died
+
+
+def _handler_failed(exc: Exception) -> EngineError:
+    if isinstance(exc, EngineError):
+        return exc
+    log.exception("a model handler's postprocess failed")
+    return ModelFailed(f"post-processing failed ({type(exc).__name__}); the server log has the details")
 
 
 def _copy_error(exc: BaseException) -> BaseException:

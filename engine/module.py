@@ -46,7 +46,7 @@ class InferenceModule:
             module.eval()
         module.requires_grad_(False)
         examples = {name: t.detach().contiguous() for name, t in spec.example_inputs.items()}
-        inputs = tuple(_spec(name, t, spec.batched) for name, t in examples.items())
+        inputs = tuple(_spec(name, t, spec.batched, spec.dynamic_dims.get(name, ())) for name, t in examples.items())
         with torch.inference_mode():
             outputs = flatten_outputs(module(*examples.values()))
         names = output_names(len(outputs), spec.output_names)
@@ -75,10 +75,11 @@ def flatten_outputs(result: object) -> tuple[torch.Tensor, ...]:
     )
 
 
-def _spec(name: str, tensor: torch.Tensor, batched: bool) -> TensorSpec:
+def _spec(name: str, tensor: torch.Tensor, batched: bool, dynamic: tuple[int, ...] = ()) -> TensorSpec:
     if tensor.dtype not in _NUMPY_DTYPES:
         raise ModelLoadError(f"tensor '{name}' has dtype {tensor.dtype}, which the service cannot carry")
     shape: tuple[Any, ...] = tuple(tensor.shape)
     if batched and shape:
         shape = (None, *shape[1:])
+    shape = tuple(None if i in dynamic else d for i, d in enumerate(shape))
     return TensorSpec(name, _NUMPY_DTYPES[tensor.dtype], shape)

@@ -25,6 +25,7 @@ from engine.batching import Batcher, Prediction
 from engine.dispatch import Dispatch, InlineDispatch
 from engine.errors import ConfigError, DeadlineExceeded, EngineError, ModelFailed, NotReady, Overloaded
 from engine.faults import check_finite
+from engine.handlers import Handler, load_handler
 from engine.module import InferenceModule
 from engine.options import RuntimeOptions
 from engine.pool import Lease, RuntimePool
@@ -39,12 +40,21 @@ __all__ = ["Prediction", "ServedModel"]  # Prediction lives with the batcher, wh
 
 
 class ServedModel:
-    def __init__(self, module: InferenceModule, options: RuntimeOptions, plan: ThreadPlan, max_queue: int) -> None:
+    def __init__(
+        self,
+        module: InferenceModule,
+        options: RuntimeOptions,
+        plan: ThreadPlan,
+        max_queue: int,
+        handler: Handler | None = None,
+    ) -> None:
         try:
             backend = BACKENDS[options.backend]
         except KeyError:
             raise ConfigError(f"backend {options.backend!r} is unknown; choose one of {sorted(BACKENDS)}") from None
         self.module = module
+        self.handler = handler
+        """Pre- and post-processing around the model (engine.handlers); None = tensors in and out."""
         self.options = options
         self.plan = plan
         self.max_queue = max_queue
@@ -117,6 +127,8 @@ class ServedModel:
             call_seconds=self.service_times.predict,
             initializer=init,
             check=check_finite if self.options.check_outputs else None,
+            prepare=self.handler.preprocess if self.handler else None,
+            finish=self.handler.postprocess if self.handler else None,
         )
 
     def _start_workers(self) -> WorkerThreads:
@@ -139,16 +151,24 @@ class ServedModel:
 
     @classmethod
     def load(
-        cls, source: str, options: RuntimeOptions, *, max_queue: int = 64, shares: int = 1, name: str | None = None
+        cls,
+        source: str,
+        options: RuntimeOptions,
+        *,
+        max_queue: int = 64,
+        shares: int = 1,
+        name: str | None = None,
+        handler: str | None = None,
     ) -> ServedModel:
         """Load, compile and warm a model; ``shares`` pools split the CPUs (see plan_threads),
-        ``name`` overrides the model's own."""
+        ``name`` overrides the model's own, ``handler`` ('package.module:attr', see
+        engine.handlers) turns request payloads into its inputs and its outputs into answers."""
         plan = plan_threads(options, shares=shares)
         apply_thread_plan(plan)
         started = time.perf_counter()
         spec = load_model(source)
         module = InferenceModule.from_spec(replace(spec, name=name) if name else spec)
-        served = cls(module, options, plan, max_queue)
+        served = cls(module, options, plan, max_queue, load_handler(handler) if handler else None)
         log.info(
             "model %r ready in %.2fs: backend=%s dispatch=%s runtimes=%d intra_op_threads=%d usable_cpus=%d "
             "parameters=%d",
@@ -180,7 +200,7 @@ class ServedModel:
         # that requests whose callers timed out cannot pile up beyond the bound.
         if admission.requests >= self.max_queue + self.plan.runtimes:
             raise Overloaded(f"{admission.requests} requests are already in flight for model {self.name!r}")
-        samples = count_samples(self.schema, inputs)
+        samples = self.handler.samples(inputs) if self.handler else count_samples(self.schema, inputs)
         if deadline is not None:
             budget = deadline - time.monotonic()
             if budget <= 0:
@@ -220,12 +240,17 @@ class ServedModel:
             dequeued = time.perf_counter()
             if deadline is not None and time.monotonic() >= deadline:
                 raise DeadlineExceeded("the request's deadline passed while it was queued; it never ran")
+            context: object = None
+            if self.handler is not None:
+                inputs, context = self.handler.preprocess(inputs)
             arrays, single = self._coerce(inputs)
             started = time.perf_counter()
             outputs = self._call(arrays)
             finished = time.perf_counter()
             if self.options.check_outputs:
                 check_finite(outputs)  # the whole request fails: its rows are one caller's anyway
+            if self.handler is not None:
+                outputs = self.handler.postprocess(outputs, context)
         finally:
             self.admission.leave(samples)
         batch = next(iter(arrays.values())).shape[0] if arrays else 1

@@ -20,12 +20,13 @@ class ModelPlan:
     source: str
     name: str | None
     options: RuntimeOptions
+    handler: str | None = None
 
 
 def plans(settings: Settings) -> list[ModelPlan]:
     """The default model first, then the listed ones (each with its own or the shared options)."""
-    extra = [ModelPlan(m.source, m.name, m.runtime or settings.runtime) for m in settings.models]
-    return [ModelPlan(settings.model, None, settings.runtime), *extra]
+    extra = [ModelPlan(m.source, m.name, m.runtime or settings.runtime, m.handler) for m in settings.models]
+    return [ModelPlan(settings.model, None, settings.runtime, settings.handler), *extra]
 
 
 class ModelHost:
@@ -85,7 +86,7 @@ class ModelHost:
                 # Every pool gets an equal share of the CPUs: workers x models shares.
                 model = ServedModel.load(
                     plan.source, plan.options, max_queue=settings.max_queue,
-                    shares=settings.workers * len(todo), name=plan.name,
+                    shares=settings.workers * len(todo), name=plan.name, handler=plan.handler,
                 )  # fmt: skip
                 if model.name in loaded:
                     model.close()

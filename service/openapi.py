@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from engine import Schema, TensorSpec
+from engine import Handler, Schema, TensorSpec
 from service.errors import documented_error
 
 PREDICT_REQUEST: dict[str, Any] = {
@@ -34,8 +34,16 @@ def _batch_of(spec: TensorSpec, output: bool = False) -> dict[str, Any]:
     return {"oneOf": [sample, {"type": "array", "minItems": 1, "items": sample}]} if spec.batched else sample
 
 
-def describe_predict(schema: Schema) -> dict[str, Any]:
-    """Request and response JSON Schemas for /predict on this model."""
+def describe_predict(schema: Schema, handler: Handler | None = None) -> dict[str, Any]:
+    """Request and response JSON Schemas for /predict on this model (its handler's, if it has one)."""
+    if handler is not None:
+        return {
+            "request": {"type": "object", "required": ["inputs"], "properties": {"inputs": handler.request_schema}},
+            "response": {
+                "type": "object",
+                "properties": {"model": {"type": "string"}, "outputs": handler.response_schema},
+            },
+        }
     named = {
         "type": "object",
         "required": [s.name for s in schema.inputs],
@@ -50,7 +58,11 @@ def describe_predict(schema: Schema) -> dict[str, Any]:
     }
 
 
-def model_aware_openapi(app: FastAPI, current_schema: Callable[[], Schema | None]) -> Callable[[], dict[str, Any]]:
+def model_aware_openapi(
+    app: FastAPI,
+    current_schema: Callable[[], Schema | None],
+    current_handler: Callable[[], Handler | None] = lambda: None,
+) -> Callable[[], dict[str, Any]]:
     """app.openapi replacement: generic until the model has loaded, then exact and cached."""
 
     def openapi() -> dict[str, Any]:
@@ -59,7 +71,7 @@ def model_aware_openapi(app: FastAPI, current_schema: Callable[[], Schema | None
         spec = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
         schema = current_schema()
         if schema is not None:
-            shapes = describe_predict(schema)
+            shapes = describe_predict(schema, current_handler())
             post = spec["paths"]["/predict"]["post"]
             post["requestBody"]["content"]["application/json"]["schema"] = shapes["request"]
             post["responses"]["200"]["content"] = {"application/json": {"schema": shapes["response"]}}

@@ -4,6 +4,10 @@ Binary inputs are *viewed*, not parsed: ``np.frombuffer`` over the request body 
 so the view is writable and torch takes it without a copy), after checking that datatype,
 shape and byte count agree. Binary outputs are the runtime's arrays' own bytes appended to
 the response. This is the HTTP counterpart of AOTInductor's ArrayRef interface.
+
+``BYTES`` tensors (text, for models with a handler: engine.handlers) are object arrays of
+``bytes``: in JSON a list of strings, in binary each element a 4-byte little-endian length and
+then its bytes, as Triton lays them out.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from engine import Schema
+from engine import Handler, Schema
 from engine.schema import Array
 from service.apierror import ApiError
 
@@ -26,7 +30,8 @@ DATATYPES = {
     "INT8": "int8", "INT16": "int16", "INT32": "int32", "INT64": "int64",
     "FP16": "float16", "FP32": "float32", "FP64": "float64",
 }  # fmt: skip
-V2_TYPES = {numpy: v2 for v2, numpy in DATATYPES.items()}
+V2_TYPES = {numpy: v2 for v2, numpy in DATATYPES.items()} | {"object": "BYTES"}
+_LENGTH = np.dtype("<u4")
 
 
 def bad(message: str) -> ApiError:
@@ -87,10 +92,12 @@ def _input(tensor: Mapping[str, Any], body: bytearray, offset: int) -> tuple[str
     name, datatype, shape = tensor.get("name"), tensor.get("datatype"), tensor.get("shape")
     if not isinstance(name, str):
         raise bad("each input needs a string 'name'")
-    if datatype not in DATATYPES:
-        raise bad(f"input '{name}': datatype {datatype!r} is not supported; use one of {sorted(DATATYPES)}")
+    if datatype not in DATATYPES and datatype != "BYTES":
+        raise bad(f"input '{name}': datatype {datatype!r} is not supported; use one of {sorted([*DATATYPES, 'BYTES'])}")
     if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
         raise bad(f"input '{name}': 'shape' must be a list of non-negative integers")
+    if datatype == "BYTES":
+        return _bytes_input(name, tensor, shape, body, offset)
     dtype = np.dtype(DATATYPES[datatype])
     numel = math.prod(shape)
     size = _object(tensor.get("parameters", {}), f"input '{name}' parameters").get("binary_data_size")
@@ -115,6 +122,52 @@ def _input(tensor: Mapping[str, Any], body: bytearray, offset: int) -> tuple[str
     return name, array.reshape(shape), offset
 
 
+def _bytes_input(
+    name: str, tensor: Mapping[str, Any], shape: list[int], body: bytearray, offset: int
+) -> tuple[str, Array, int]:
+    numel = math.prod(shape)
+    size = _object(tensor.get("parameters", {}), f"input '{name}' parameters").get("binary_data_size")
+    items: list[object] = []
+    if size is not None:
+        if not isinstance(size, int) or size < 0 or offset + size > len(body):
+            raise bad(f"input '{name}': binary_data_size {size!r} does not fit in the body")
+        end, view = offset + size, memoryview(body)
+        while offset < end:
+            if offset + 4 > end:
+                raise bad(f"input '{name}': BYTES element {len(items)} has a truncated 4-byte length")
+            length = int(np.frombuffer(body, dtype=_LENGTH, count=1, offset=offset)[0])
+            if offset + 4 + length > end:
+                raise bad(f"input '{name}': BYTES element {len(items)} runs past binary_data_size")
+            items.append(bytes(view[offset + 4 : offset + 4 + length]))
+            offset += 4 + length
+    else:
+        if "data" not in tensor:
+            raise bad(f"input '{name}' has neither 'data' nor a binary_data_size parameter")
+        items = _flatten(tensor["data"])
+        if not all(isinstance(item, str) for item in items):
+            raise bad(f"input '{name}': BYTES data must be strings")
+    if len(items) != numel:
+        raise bad(f"input '{name}': shape {shape} needs {numel} values, data has {len(items)}")
+    array = np.empty(numel, dtype=object)
+    array[:] = items
+    return name, array.reshape(shape), offset
+
+
+def _flatten(data: object) -> list[object]:
+    """Nested JSON lists -> their leaves in order (iteratively: nesting depth is the client's)."""
+    leaves: list[object] = []
+    stack = [iter([data])]
+    while stack:
+        item = next(stack[-1], stack)
+        if item is stack:
+            stack.pop()
+        elif isinstance(item, list):
+            stack.append(iter(item))
+        else:
+            leaves.append(item)
+    return leaves
+
+
 def _object(value: object, what: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise bad(f"{what} must be a JSON object")
@@ -134,7 +187,15 @@ def encode_response(
     for name, binary in wanted.items():
         array = np.ascontiguousarray(outputs[name])
         entry: dict[str, Any] = {"name": name, "datatype": V2_TYPES[array.dtype.name], "shape": list(array.shape)}
-        if binary or request.binary_output:
+        if array.dtype.kind == "O":  # BYTES: strings (or bytes) from a handler
+            items = [v if isinstance(v, bytes) else str(v).encode() for v in array.reshape(-1).tolist()]
+            if binary or request.binary_output:
+                blob = b"".join(len(v).to_bytes(4, "little") + v for v in items)
+                entry["parameters"] = {"binary_data_size": len(blob)}
+                blobs.append(memoryview(blob))
+            else:
+                entry["data"] = [v.decode(errors="replace") for v in items]
+        elif binary or request.binary_output:
             array = array.astype(array.dtype.newbyteorder("<"), copy=False)  # a no-op on x86/ARM
             entry["parameters"] = {"binary_data_size": array.nbytes}
             blobs.append(array.data)  # the runtime's buffer itself; joined once below
@@ -150,7 +211,7 @@ def encode_response(
     return b"".join([header, *blobs]), len(header)
 
 
-def metadata(name: str, schema: Schema, version: str = "1") -> dict[str, Any]:
+def metadata(name: str, schema: Schema, version: str = "1", handler: Handler | None = None) -> dict[str, Any]:
     def tensors(specs: Any) -> list[dict[str, Any]]:
         return [
             {"name": s.name, "datatype": V2_TYPES[s.dtype], "shape": [-1 if d is None else d for d in s.shape]}
@@ -161,6 +222,6 @@ def metadata(name: str, schema: Schema, version: str = "1") -> dict[str, Any]:
         "name": name,
         "versions": [version],
         "platform": "pytorch",
-        "inputs": tensors(schema.inputs),
-        "outputs": tensors(schema.outputs),
+        "inputs": handler.v2_inputs if handler else tensors(schema.inputs),
+        "outputs": handler.v2_outputs if handler else tensors(schema.outputs),
     }

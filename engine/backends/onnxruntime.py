@@ -82,7 +82,9 @@ def export_onnx(module: InferenceModule) -> bytes:
     _require("onnxscript")  # the dynamo exporter's op library; torch imports it lazily
     schema = module.schema
     examples = tuple(_export_example(s, module.example_inputs[s.name]) for s in schema.inputs)
-    dynamic = tuple({0: torch.export.Dim.DYNAMIC} if s.batched else None for s in schema.inputs)
+    dynamic = tuple(
+        {i: torch.export.Dim.DYNAMIC for i, d in enumerate(s.shape) if d is None} or None for s in schema.inputs
+    )
     try:
         with _quiet_exporter():
             program = torch.onnx.export(

