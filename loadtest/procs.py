@@ -3,7 +3,9 @@ process tree's RSS and CPU time from /proc. Linux only; 127.0.0.1 only."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
@@ -115,12 +117,21 @@ def launch(
             time.sleep(0.1)
         yield proc
     finally:
-        process.terminate()
+        # The whole session: some servers (LitServe) leave their worker processes behind when
+        # only the parent is terminated.
+        _signal_group(process.pid, signal.SIGTERM)
         try:
             process.wait(20)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(5)
+        time.sleep(0.5)
+        _signal_group(process.pid, signal.SIGKILL)
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
 
 
 def inferpool_argv(port: int, *args: str) -> list[str]:
