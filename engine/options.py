@@ -64,6 +64,11 @@ class RuntimeOptions:
     borrow_timeout: float = 5.0
     """Seconds a worker waits for a free runtime before the request fails as overloaded."""
 
+    max_request_samples: int = 1024
+    """Most samples one request may carry; more is refused (400) before any conversion, which
+    bounds what one request can allocate and how long it holds a runtime. Raise it for bulk
+    offline scoring; lower it to keep tail latency predictable for many small clients."""
+
     max_batch_size: int = 1
     """Most samples one model call may carry when concurrent requests are batched together
     (1 = batching off: each request is its own call). Batching pays off when a call's fixed
@@ -87,6 +92,7 @@ class RuntimeOptions:
         checks = {
             "num_runtimes": (self.num_runtimes >= 0, "use 0 for automatic or a positive count"),
             "intra_op_threads": (self.intra_op_threads >= 1, "use 1 or more"),
+            "max_request_samples": (self.max_request_samples >= 1, "use 1 or more"),
             "warmup_iters": (self.warmup_iters >= 0, "use 0 to skip warm-up or a positive count"),
             "borrow_timeout": (self.borrow_timeout > 0, "use a positive number of seconds"),
             "dispatch": (self.dispatch in DISPATCH_MODES, f"use one of {DISPATCH_MODES}"),

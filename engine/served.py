@@ -23,7 +23,7 @@ from engine.admission import Admission, ServiceTimes, count_samples
 from engine.backends import BACKENDS, Runtime
 from engine.batching import Batcher, Prediction
 from engine.dispatch import Dispatch, InlineDispatch
-from engine.errors import ConfigError, DeadlineExceeded, EngineError, ModelFailed, NotReady, Overloaded
+from engine.errors import ConfigError, DeadlineExceeded, EngineError, InvalidInput, ModelFailed, NotReady, Overloaded
 from engine.faults import check_finite
 from engine.handlers import Handler, load_handler
 from engine.module import InferenceModule
@@ -201,6 +201,11 @@ class ServedModel:
         if admission.requests >= self.max_queue + self.plan.runtimes:
             raise Overloaded(f"{admission.requests} requests are already in flight for model {self.name!r}")
         samples = self.handler.samples(inputs) if self.handler else count_samples(self.schema, inputs)
+        if samples > self.options.max_request_samples:
+            raise InvalidInput(
+                f"the request carries {samples} samples; model {self.name!r} takes at most "
+                f"{self.options.max_request_samples} per request (max_request_samples): split it"
+            )
         if deadline is not None:
             budget = deadline - time.monotonic()
             if budget <= 0:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.service.conftest import app_client
+
 
 def test_one_sample_matches_eager(client, images, reference):
     response = client.post("/predict", json={"inputs": images[0].tolist()})
@@ -92,3 +94,12 @@ def test_non_finite_outputs_travel_as_null_as_the_spec_says(client):
     assert outputs["properties"]["outputs"]["properties"]["probabilities"]["oneOf"][0]["items"] == {
         "type": ["number", "null"]
     }
+
+
+def test_too_many_samples_in_one_request_is_a_400_naming_the_limit():
+    with app_client("--runtime.max-request-samples", "4") as small:
+        response = small.post("/predict", json={"inputs": np.zeros((5, 1, 8, 8)).tolist()})
+        assert response.status_code == 400
+        assert "carries 5 samples" in response.json()["error"]
+        assert "at most 4 per request (max_request_samples)" in response.json()["error"]
+        assert small.post("/predict", json={"inputs": np.zeros((4, 1, 8, 8)).tolist()}).status_code == 200
