@@ -24,13 +24,13 @@ a handler that pads should pad to a few fixed lengths (buckets) so that requests
 
 from __future__ import annotations
 
-import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from engine.errors import ModelLoadError
 from engine.schema import Array
+from engine.sources import import_object
 
 
 class Handler(ABC):
@@ -53,13 +53,7 @@ class Handler(ABC):
 def load_handler(ref: str) -> Handler:
     """``package.module:attr`` -> a Handler: attr is a Handler instance, or a class or factory
     called without arguments (once, at load)."""
-    module_name, _, attr = ref.partition(":")
-    if not module_name or not attr:
-        raise ModelLoadError(f"handler {ref!r} must look like 'package.module:attr'")
-    try:
-        target = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise ModelLoadError(f"cannot import handler {ref!r}: {exc}") from exc
+    target = import_object(ref, "handler", "package.module:attr")
     handler = target if isinstance(target, Handler) else target()
     if not isinstance(handler, Handler):
         raise ModelLoadError(f"handler {ref!r} gave {type(handler).__name__}, not engine.handlers.Handler")

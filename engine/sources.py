@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -18,15 +19,19 @@ from engine.spec import ModelSpec
 DEFAULT_MODEL = "engine.zoo.digits:build"
 
 
-def load_factory(source: str) -> ModelSpec:
-    module_name, _, attr = source.partition(":")
+def import_object(ref: str, what: str, form: str = "package.module:function") -> Any:
+    """The object a ``package.module:attr`` reference names; ModelLoadError saying what to fix."""
+    module_name, _, attr = ref.partition(":")
     if not module_name or not attr:
-        raise ModelLoadError(f"model source {source!r} must look like 'package.module:function'")
+        raise ModelLoadError(f"{what} {ref!r} must look like '{form}'")
     try:
-        factory = getattr(importlib.import_module(module_name), attr)
+        return getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
-        raise ModelLoadError(f"cannot import model factory {source!r}: {exc}") from exc
-    spec = factory()
+        raise ModelLoadError(f"cannot import {what} {ref!r}: {exc}") from exc
+
+
+def load_factory(source: str) -> ModelSpec:
+    spec = import_object(source, "model factory")()
     if not isinstance(spec, ModelSpec):
         raise ModelLoadError(f"model factory {source!r} returned {type(spec).__name__}, not engine.ModelSpec")
     return spec
