@@ -102,8 +102,8 @@ def run_variant(
 
 def table(runs: list[dict[str, Any]], concurrency: list[int]) -> str:
     head = "| server | " + " | ".join(f"c={c} req/s | c={c} p50 / p99 ms" for c in concurrency)
-    head += " | RSS MB (tree) | server CPU | generator CPU |"
-    rows = [head, "|" + "---|" * (1 + 2 * len(concurrency) + 3)]
+    head += " | RSS MB (tree) | server CPU cores | server CPU ms/req | generator CPU cores |"
+    rows = [head, "|" + "---|" * (1 + 2 * len(concurrency) + 4)]
     by_name: dict[str, dict[int, dict[str, Any]]] = {}
     for run in runs:
         by_name.setdefault(run["label"], {})[run["concurrency"]] = run
@@ -119,6 +119,13 @@ def table(runs: list[dict[str, Any]], concurrency: list[int]) -> str:
             cells += [f"{one['achieved_rps']:,.0f}" + (f" ({bad} err)" if bad else ""), f"{lat['p50']} / {lat['p99']}"]
         cells.append(f"{max(r['server_rss_mb'] for r in group.values()):,.0f}")
         cells.append(" / ".join(f"{group[c]['server_cpu_cores']:.2f}" for c in concurrency if c in group))
+        cells.append(
+            " / ".join(
+                f"{group[c]['server_cpu_cores'] / max(group[c]['achieved_rps'], 1e-9) * 1e3:.2f}"
+                for c in concurrency
+                if c in group
+            )
+        )
         cells.append(" / ".join(f"{group[c]['generator_cpu']['cores']:.2f}" for c in concurrency if c in group))
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)

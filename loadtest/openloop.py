@@ -392,11 +392,11 @@ def plot(runs: list[dict[str, Any]], out: Path, title: str = "") -> list[Path]:
     series: dict[str, list[dict[str, Any]]] = {}
     for run in runs:
         series.setdefault(f"{run['label']} ({run['mode']} loop)".strip(), []).append(run)
-    fig, ax = plt.subplots(figsize=(8, 5), dpi=100)
+    fig, ax = plt.subplots(figsize=(11, 5.5), dpi=90)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"] * 4
     for (name, group), color in zip(series.items(), colors, strict=False):
         group = [r for r in group if r["latency_ms"]["p50"] is not None]
-        group.sort(key=lambda r: r["achieved_rps"])
+        group.sort(key=lambda r: r["offered_rps"] if r["mode"] == "open" else r["concurrency"])
         xs = [r["achieved_rps"] for r in group]
         ax.plot(xs, [r["latency_ms"]["p50"] for r in group], "o-", color=color, label=f"{name} p50")
         ax.plot(xs, [r["latency_ms"]["p99"] for r in group], "s--", color=color, label=f"{name} p99")
@@ -409,13 +409,13 @@ def plot(runs: list[dict[str, Any]], out: Path, title: str = "") -> list[Path]:
     ax.set_ylabel("latency (ms, log)")
     ax.set_title(title or "latency vs throughput")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     curve = out / "latency_vs_throughput.png"
     fig.savefig(curve)
     plt.close(fig)
 
-    fig, ax = plt.subplots(figsize=(8, 5), dpi=100)
+    fig, ax = plt.subplots(figsize=(11, 5.5), dpi=90)
     for run in runs:
         if not run["cdf_ms"]:
             continue
@@ -426,7 +426,7 @@ def plot(runs: list[dict[str, Any]], out: Path, title: str = "") -> list[Path]:
     ax.set_ylabel("fraction of requests")
     ax.set_title((title + ": " if title else "") + "latency CDF (warm-up excluded)")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     cdf = out / "latency_cdf.png"
     fig.savefig(cdf)
