@@ -76,7 +76,7 @@ def test_open_loop_counts_queueing_that_a_closed_loop_would_hide(sleepy):
     open_run = _run(sleepy, rate=100, connections=1, duration=1.5)
     closed_run = _run(sleepy, concurrency=1, duration=1.5)
     assert closed_run["latency_ms"]["p99"] < SERVICE_MS * 3
-    assert 35 <= closed_run["achieved_rps"] <= 55
+    assert 30 <= closed_run["achieved_rps"] <= 55
     assert open_run["achieved_rps"] <= 55
     assert open_run["latency_ms"]["p99"] > 10 * SERVICE_MS, open_run["latency_ms"]
     assert open_run["send_lag_ms"]["p99"] > 10 * SERVICE_MS  # the generator says where the time went
@@ -86,7 +86,7 @@ def test_closed_loop_concurrency(sleepy):
     run = _run(sleepy, concurrency=4)
     assert run["mode"] == "closed"
     assert run["connections"] == 4
-    assert 150 <= run["achieved_rps"] <= 205, run  # 4 clients x 50/s
+    assert 120 <= run["achieved_rps"] <= 205, run  # 4 clients x at most 50/s
     assert SERVICE_MS * 0.95 <= run["latency_ms"]["p50"] < SERVICE_MS * 3
 
 
