@@ -31,5 +31,5 @@ async def ready(host: HostDep) -> Response:
 @router.get("/metrics", summary="Prometheus metrics", response_class=Response)
 async def metrics(metrics: MetricsDep, host: HostDep) -> Response:
     for model in host.models.values():
-        metrics.refresh(model)
+        metrics.refresh(model, force=True)
     return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)

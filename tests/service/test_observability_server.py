@@ -59,7 +59,7 @@ def test_json_logs_carry_the_request_id_and_the_traceback_once(tmp_path):
         wait_ready(server)
         poisoned = np.full((1, 8, 8), POISON).tolist()
         response = httpx2.post(server.url + "/predict", json={"inputs": poisoned}, headers={"X-Request-Id": "trace-me"})
-        assert response.status_code == 500
+        assert response.status_code == 500, server.output()
         assert "Traceback" not in response.text
         ok = httpx2.post(server.url + "/predict", json={"inputs": np.zeros((1, 8, 8)).tolist()})
         assert ok.status_code == 200
@@ -67,10 +67,10 @@ def test_json_logs_carry_the_request_id_and_the_traceback_once(tmp_path):
     assert lines, server.output()
     traced = [line for line in lines if line["request_id"] == "trace-me"]
     failures = [line for line in traced if "exception" in line]
-    assert len(failures) == 1  # the traceback is logged once
+    assert len(failures) == 1, server.output()  # the traceback is logged once
     assert failures[0]["level"] == "error"
     assert "poisoned input" in failures[0]["exception"]
     assert any("effective config" in line["message"] for line in lines)
     assert any("intra_op_threads=" in line["message"] for line in lines)  # the thread budget
     # No per-request line at INFO: only startup, the one failure, and shutdown.
-    assert not any(line["request_id"] not in ("-", "trace-me") for line in lines)
+    assert not any(line["request_id"] not in ("-", "trace-me") for line in lines), server.output()
