@@ -2,6 +2,7 @@
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
+SERVE_STAMP := $(VENV)/.installed-core
 PROMTOOL := $(BIN)/promtool
 # The KServe SDK pins its own FastAPI/httpx stack: it gets a venv of its own for the v2 client test.
 KSERVE_PYTHON := .venv-kserve/bin/python
@@ -13,8 +14,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# Serving needs only the core dependencies (no test tools, no MiniLM or ONNX extras).
+$(SERVE_STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet -e .
+	touch $(SERVE_STAMP)
+
 ## Start the service on the built-in digits model (http://127.0.0.1:8000/docs).
-serve: $(STAMP)
+serve: $(SERVE_STAMP)
 	$(BIN)/inferpool serve
 
 # promtool lints /metrics in the tests; Debian's prometheus package ships it, and only the
