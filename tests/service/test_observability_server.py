@@ -6,6 +6,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx2
@@ -38,6 +39,12 @@ def test_two_worker_processes_report_aggregated_counts(tmp_path, images):
     (metrics_dir / "counter_stale.db").write_bytes(b"left by an earlier run")  # must be wiped
     with run_server(tmp_path, "--workers", "2", "--metrics-dir", str(metrics_dir)) as server:
         wait_ready(server)
+        # Each process loads its own model: readiness answered by one says nothing of the other,
+        # so wait until a run of fresh connections (spread over both) all find a ready process.
+        deadline = time.monotonic() + 60
+        streak = 0
+        while streak < 12 and time.monotonic() < deadline:
+            streak = streak + 1 if httpx2.get(server.url + "/health/ready").status_code == 200 else 0
         pids = set()
         with httpx2.Client(base_url=server.url) as http:
             for i in range(40):
