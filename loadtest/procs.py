@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx2
 
-from loadtest.server import REPO_ROOT, free_port
+from loadtest.server import REPO_ROOT, Server, free_port
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -67,14 +67,10 @@ def tree_cpu_seconds(pid: int) -> float:
 
 
 @dataclass
-class Proc:
-    name: str
-    url: str
-    process: subprocess.Popen[bytes]
-    log: Path
+class Proc(Server):
+    """A started server (InferPool or a peer) with the name it is reported under."""
 
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
+    name: str = ""
 
 
 @contextmanager
@@ -101,7 +97,7 @@ def launch(
             env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO_ROOT), **(env or {})},
             start_new_session=True,
         )
-    proc = Proc(name, f"http://127.0.0.1:{port}", process, log)
+    proc = Proc(f"http://127.0.0.1:{port}", process, log, name)
     try:
         deadline = time.monotonic() + ready_timeout
         while True:

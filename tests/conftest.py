@@ -43,3 +43,16 @@ def images() -> np.ndarray:
 @pytest.fixture
 def options() -> RuntimeOptions:
     return RuntimeOptions(num_runtimes=2, warmup_iters=1)
+
+
+@pytest.fixture
+def digits_pt2(tmp_path):
+    """The digits CNN exported with torch.export (dynamic batch 1..256) and saved as a .pt2."""
+    program = torch.export.export(
+        build().module.eval(),
+        (torch.zeros(2, 1, 8, 8),),
+        dynamic_shapes=({0: torch.export.Dim("batch", min=1, max=256)},),
+    )
+    path = tmp_path / "digits.pt2"
+    torch.export.save(program, path)
+    return path

@@ -6,13 +6,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-import torch
-from torch.export import Dim
 
 from engine import BACKENDS, InferenceModule, ModelLoadError, RuntimeOptions, ServedModel, load_model
 from engine.backends.onnxruntime import OnnxRuntime
 from engine.threads import ThreadPlan
-from engine.zoo.digits import build
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
@@ -97,14 +94,8 @@ def test_served_model_answers_through_the_onnxruntime_backend(digits_module, ima
     check(batch.outputs, images[:5], reference)
 
 
-def test_model_from_a_torch_export_archive(tmp_path, options, images, reference):
-    model = build().module.eval()
-    program = torch.export.export(
-        model, (torch.zeros(2, 1, 8, 8),), dynamic_shapes=({0: Dim("batch", min=1, max=256)},)
-    )
-    path = tmp_path / "digits.pt2"
-    torch.export.save(program, path)
-    module = InferenceModule.from_spec(load_model(str(path)))
+def test_model_from_a_torch_export_archive(digits_pt2, options, images, reference):
+    module = InferenceModule.from_spec(load_model(str(digits_pt2)))
 
     runtime = OnnxRuntime(module, options, OnnxRuntime.compile(module, options))
     for batch in (1, 16):

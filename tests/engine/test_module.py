@@ -2,11 +2,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
-from torch.export import Dim
 
 from engine import BACKENDS, InferenceModule, ModelLoadError, load_model
-from engine.zoo.digits import build
 
 
 def test_schema_marks_the_dynamic_batch_dimension(digits_module):
@@ -35,15 +32,8 @@ def test_eager_runtime_matches_reference(digits_module, options, images, referen
     np.testing.assert_array_equal(got["label"], label)
 
 
-def test_torch_export_archive_serves_the_same_numbers(tmp_path, images, reference, options):
-    model = build().module.eval()
-    program = torch.export.export(
-        model, (torch.zeros(2, 1, 8, 8),), dynamic_shapes=({0: Dim("batch", min=1, max=256)},)
-    )
-    path = tmp_path / "digits.pt2"
-    torch.export.save(program, path)
-
-    module = InferenceModule.from_spec(load_model(str(path)))
+def test_torch_export_archive_serves_the_same_numbers(digits_pt2, images, reference, options):
+    module = InferenceModule.from_spec(load_model(str(digits_pt2)))
     assert module.name == "digits"
     assert module.schema.inputs[0].shape == (None, 1, 8, 8)
     assert [s.shape for s in module.schema.outputs] == [(None, 10), (None,)]
