@@ -77,5 +77,6 @@ def create_app(settings: Settings) -> FastAPI:
         app,
         lambda: host.default.schema if host.default else None,
         lambda: host.default.handler if host.default else None,
+        lambda path: settings.api_key is not None and path not in settings.auth_exempt,
     )
     return app

@@ -62,6 +62,7 @@ def model_aware_openapi(
     app: FastAPI,
     current_schema: Callable[[], Schema | None],
     current_handler: Callable[[], Handler | None] = lambda: None,
+    guarded: Callable[[str], bool] = lambda path: False,
 ) -> Callable[[], dict[str, Any]]:
     """app.openapi replacement: generic until the model has loaded, then exact and cached."""
 
@@ -69,6 +70,10 @@ def model_aware_openapi(
         if app.openapi_schema is not None:
             return app.openapi_schema
         spec = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+        for path, operations in spec["paths"].items():
+            if guarded(path):  # the API-key middleware answers these with a 401 before any route
+                for operation in operations.values():
+                    operation["responses"]["401"] = documented_error("Missing or wrong API key.")
         schema = current_schema()
         if schema is not None:
             shapes = describe_predict(schema, current_handler())

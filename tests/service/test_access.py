@@ -62,3 +62,10 @@ def test_cors_allows_only_the_named_origin(guarded):
 def test_wildcard_origin_is_refused():
     with pytest.raises(ValidationError, match="must be an explicit origin"):
         load_settings(None, ["--cors-origins", '["*"]'])
+
+
+def test_the_spec_declares_401_where_the_key_is_required(guarded):
+    paths = guarded.get("/openapi.json", headers={"X-API-Key": KEY}).json()["paths"]  # docs need the key too
+    assert "401" in paths["/predict"]["post"]["responses"]
+    assert "401" in paths["/v2/models/{name}/infer"]["post"]["responses"]
+    assert "401" not in paths["/health/ready"]["get"]["responses"]
