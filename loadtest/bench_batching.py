@@ -16,11 +16,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import time
 
 import numpy as np
 
 from engine import DEFAULT_MODEL, RuntimeOptions, ServedModel
+from loadtest.inprocess import closed_loop
 
 SAMPLE = np.random.default_rng(0).integers(0, 17, size=(1, 8, 8)).astype(np.float32).tolist()
 BACKENDS = ("eager", "onnxruntime")
@@ -28,30 +28,9 @@ BATCH_SIZES = (1, 8, 32)
 
 
 async def drive(model: ServedModel, clients: int, seconds: float) -> dict[str, float]:
-    latencies: list[float] = []
-    batch_sizes: list[int] = []
-
-    async def client(until: float, record: bool) -> None:
-        clock = time.perf_counter
-        while clock() < until:
-            started = clock()
-            prediction = await model.infer(SAMPLE)
-            if record:
-                latencies.append(clock() - started)
-                batch_sizes.append(prediction.batch_size)
-
-    warm_until = time.perf_counter() + 0.5
-    await asyncio.gather(*(client(warm_until, False) for _ in range(clients)))
-    started = time.perf_counter()
-    await asyncio.gather(*(client(started + seconds, True) for _ in range(clients)))
-    elapsed = time.perf_counter() - started
-    cuts = statistics.quantiles(latencies, n=100)
-    return {
-        "rps": len(latencies) / elapsed,
-        "p50_ms": cuts[49] * 1e3,
-        "p99_ms": cuts[98] * 1e3,
-        "batch": statistics.fmean(batch_sizes),
-    }
+    run = await closed_loop(model, [SAMPLE], clients, seconds, warmup=0.5)
+    run["rps"] = run.pop("rate")
+    return run
 
 
 def main() -> None:

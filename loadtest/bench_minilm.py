@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
-import time
 
 from engine import RuntimeOptions, ServedModel
+from loadtest.inprocess import closed_loop
 
 SENTENCES = [
     "The cat sat on the mat.",
@@ -31,31 +30,9 @@ VARIANTS = [(backend, batch) for backend in ("eager", "onnxruntime") for batch i
 
 
 async def drive(model: ServedModel, clients: int, seconds: float) -> dict[str, float]:
-    latencies: list[float] = []
-    batches: list[int] = []
-
-    async def client(index: int, until: float, record: bool) -> None:
-        clock, i = time.perf_counter, index
-        while clock() < until:
-            started = clock()
-            prediction = await model.infer(SENTENCES[i % len(SENTENCES)])
-            i += 1
-            if record:
-                latencies.append(clock() - started)
-                batches.append(prediction.batch_size)
-
-    warm = time.perf_counter() + 1.0
-    await asyncio.gather(*(client(c, warm, False) for c in range(clients)))
-    started = time.perf_counter()
-    await asyncio.gather(*(client(c, started + seconds, True) for c in range(clients)))
-    elapsed = time.perf_counter() - started
-    cuts = statistics.quantiles(latencies, n=100)
-    return {
-        "sps": len(latencies) / elapsed,
-        "p50_ms": cuts[49] * 1e3,
-        "p99_ms": cuts[98] * 1e3,
-        "batch": statistics.fmean(batches),
-    }
+    run = await closed_loop(model, SENTENCES, clients, seconds, warmup=1.0)
+    run["sps"] = run.pop("rate")
+    return run
 
 
 def main() -> None:
