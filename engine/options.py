@@ -88,6 +88,35 @@ class RuntimeOptions:
     (``max_batch_size`` always is one). Set them to sizes the backend runs especially well
     (e.g. ones it was compiled or tuned for); () waits for ``max_batch_size`` or the delay."""
 
+    enable_out_variant: bool = True
+    """``static`` backend: run ops through their ``out=`` overloads into buffers the runtime
+    keeps, instead of allocating each result (Static Runtime's out variants). Off = plain
+    functional calls, for debugging a suspected planner bug."""
+
+    optimize_memory: bool = True
+    """``static`` backend: let intermediate values whose lifetimes do not overlap share one
+    buffer (fewer, smaller allocations). Off = one buffer per value."""
+
+    manage_output_tensors: bool = False
+    """``static`` backend: write outputs into buffers the runtime owns and reuses (no
+    allocation per call). Safe only because results are copied or encoded before the runtime
+    goes back to the pool; off = fresh output tensors each call."""
+
+    compiled_batch_sizes: tuple[int, ...] = ()
+    """``aoti`` backend: the batch sizes to compile (AOTInductor packages have static shapes).
+    A request is routed to the smallest compiled size that holds it (padded) or split into
+    chunks of the largest; () = 1, ``max_batch_size`` and ``preferred_batch_sizes``."""
+
+    aoti_interface: str = "minimal_arrayref"
+    """``aoti`` backend: ``minimal_arrayref`` calls the compiled library's C ABI through ctypes
+    with zero-copy views (releases the GIL for the whole call), ``loader`` uses PyTorch's
+    package loader (holds the GIL; for models the minimal interface cannot compile)."""
+
+    compile_cache_dir: str = ""
+    """Where compiled artifacts (AOTInductor packages) are cached by content hash, so that a
+    restart does not recompile; "" = ``$XDG_CACHE_HOME/inferpool`` (``~/.cache/inferpool``).
+    Point it at a volume, or at the directory ``inferpool compile`` wrote, in containers."""
+
     def __post_init__(self) -> None:
         checks = {
             "num_runtimes": (self.num_runtimes >= 0, "use 0 for automatic or a positive count"),
