@@ -9,6 +9,7 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import uvicorn
@@ -25,10 +26,18 @@ SETTINGS_ENV = "INFERPOOL_EFFECTIVE_SETTINGS"  # how worker processes get the pa
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="inferpool", description="Serve a PyTorch model over HTTP on CPUs.")
-    commands = parser.add_subparsers(dest="command", required=True)
-    serve = commands.add_parser("serve", help="start the HTTP server", add_help=False)
-    serve.add_argument("--config", type=Path, help="TOML config file (default: config/default.toml)")
+    """``inferpool COMMAND ...``: each command parses its own arguments."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in COMMANDS:
+        return COMMANDS[argv[0]][0](argv[1:])
+    usage = "\n".join(f"  {name:<10}{summary}" for name, (_, summary) in sorted(COMMANDS.items()))
+    print(f"usage: inferpool COMMAND [ARGS]\n\nServe a PyTorch model over HTTP on CPUs.\n\ncommands:\n{usage}")
+    return 0 if argv[:1] in (["-h"], ["--help"]) else 2
+
+
+def serve(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="inferpool serve", add_help=False)
+    parser.add_argument("--config", type=Path, help="TOML config file (default: config/default.toml)")
     args, rest = parser.parse_known_args(argv)
     try:
         settings = load_settings(args.config, rest)
@@ -85,6 +94,12 @@ def app_from_parent() -> object:
     settings = Settings.model_validate_json(os.environ[SETTINGS_ENV])
     configure_logging(settings.log_level, settings.log_format)
     return create_app(settings)
+
+
+# name -> (entry point taking the arguments after the name, one-line summary for the usage text)
+COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
+    "serve": (serve, "start the HTTP server (--help lists every setting)"),
+}
 
 
 if __name__ == "__main__":
