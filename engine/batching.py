@@ -9,11 +9,14 @@ hand-off as unbatched dispatch (one ``SimpleQueue.put``, one ``call_soon_threads
 batch and event loop, not per request). A dedicated batcher thread would add a second
 thread hop per request on a 2-core machine.
 
-A batch runs when it reaches ``max_batch_size`` or a preferred size, when the next request
-does not fit (different per-sample shape, or too many samples: it starts the next batch, so
-requests run first come, first served, as in Triton's dynamic batcher: none can starve),
-when its first request has waited ``max_delay`` since it was queued, or when waiting longer
-would break the earliest deadline in it.
+Requests are grouped by per-sample shape (a text model's sequence-length bucket, say): each
+shape forms its own batch, so that a stream alternating between two shapes still batches
+instead of closing a batch at every change (MiniLM at 16 clients: batches of 2.5-4.6 of 16 when
+any change of shape closed the batch). A group runs when it reaches ``max_batch_size`` or a
+preferred size, when the next request of its shape does not fit (that request starts the
+group's next batch), when its first request has waited ``max_delay`` since it was queued, or
+when waiting longer would break the earliest deadline in it. Due groups run earliest-due
+first, so no shape can starve another.
 
 A worker that dies (SystemExit from the model, an exception escaping the loop) first answers
 every request it holds with ``WorkerDied``, then ``ThreadSet`` starts its replacement.
@@ -127,7 +130,9 @@ class Batcher:
         self._prepare_hook, self._finish = prepare, finish
         self._queue: SimpleQueue[Request | None] = SimpleQueue()
         self._leader = threading.Lock()
-        self._carry: Request | None = None  # taken but did not fit: starts the next batch
+        # Requests taken off the queue, by per-sample shape, waiting for company. Only the
+        # leader touches it; it outlives any one thread, so a worker that dies leaves it intact.
+        self._groups: dict[tuple[tuple[int, ...], ...], _Group] = {}
         self._threads = ThreadSet(threads, name, self._work, initializer)
         try:
             self._threads.wait_started(120)  # per-thread warm-up runs in the initializer: ready means warm
@@ -157,8 +162,10 @@ class Batcher:
         for _ in range(self._threads.count):
             self._queue.put(None)
         self._threads.join(timeout)
-        if self._carry is not None:  # only if a worker died: never leave a caller hanging
-            _settle_all(self._carry.loop, [(self._carry.future, NotReady("the model is shutting down"))])
+        for group in self._groups.values():  # never leave a caller hanging
+            for r in group.requests:
+                _settle_all(r.loop, [(r.future, NotReady("the model is shutting down"))])
+        self._groups.clear()
 
     def _work(self) -> None:
         # Filled in place by _form, so that if this thread dies mid-formation the requests it
@@ -182,42 +189,44 @@ class Batcher:
             _settle_all(r.loop, [(r.future, worker_died(exc))])
 
     def _form(self, batch: list[Request]) -> bool:
-        """Take requests into ``batch`` until it is due; True if a shutdown sentinel was taken."""
-        rows, shapes, due = 0, None, 0.0
+        """Put the next due batch into ``batch``; True if a shutdown sentinel was taken."""
+        groups = self._groups
         while True:
             request: Request | None
-            if self._carry is not None:
-                request, self._carry = self._carry, None
-            elif not batch:
-                request = self._queue.get()
-            else:
+            if groups:
+                key, first = min(groups.items(), key=lambda item: item[1].due)
+                remaining = first.due - time.monotonic()
+                if remaining <= 0:
+                    batch.extend(groups.pop(key).requests)
+                    return False
                 try:
-                    request = self._queue.get(block=False)
+                    request = self._queue.get(timeout=remaining)
                 except Empty:
-                    remaining = due - time.monotonic()
-                    if remaining <= 0:
-                        return False
-                    try:
-                        request = self._queue.get(timeout=remaining)
-                    except Empty:
-                        return False
+                    continue  # that group is due now
+            else:
+                request = self._queue.get()
             if request is None:
                 return True
             if not request.arrays and not self._prepare(request):
                 continue
             key = tuple(a.shape[1:] for a in request.arrays.values())
-            if batch and (key != shapes or rows + request.rows > self.max_batch_size):
-                self._carry = request
+            group = groups.get(key)
+            if group is not None and group.rows + request.rows > self.max_batch_size:
+                batch.extend(group.requests)  # full: it runs, and this request starts the shape's next batch
+                groups[key] = self._start_group(request)
                 return False
-            if not batch:
-                shapes, due = key, request.queued + self.max_delay
-            batch.append(request)
-            rows += request.rows
-            if request.deadline is not None:
-                # Leave room for the call itself (as if full: dispatching a bit early is harmless).
-                due = min(due, request.deadline - self._call_seconds(self.max_batch_size))
-            if rows >= self.max_batch_size or rows in self.preferred:
+            if group is None:
+                group = groups[key] = self._start_group(request)
+            else:
+                group.add(request, self._call_seconds(self.max_batch_size))
+            if group.rows >= self.max_batch_size or group.rows in self.preferred:
+                batch.extend(groups.pop(key).requests)
                 return False
+
+    def _start_group(self, request: Request) -> _Group:
+        group = _Group([], 0, request.queued + self.max_delay)
+        group.add(request, self._call_seconds(self.max_batch_size))
+        return group
 
     def _prepare(self, request: Request) -> bool:
         """Validate a newly taken request; False if it was answered instead (expired, caller
@@ -307,6 +316,23 @@ class Batcher:
             _settle_all(loop, items)
         if died is not None:
             raise died
+
+
+@dataclass(slots=True)
+class _Group:
+    """Requests of one per-sample shape waiting to run together."""
+
+    requests: list[Request]
+    rows: int
+    due: float
+    """When the group must run: its first request's queue time + max_delay, or earlier for a deadline."""
+
+    def add(self, request: Request, call_seconds: float) -> None:
+        self.requests.append(request)
+        self.rows += request.rows
+        if request.deadline is not None:
+            # Leave room for the call itself (as if full: dispatching a bit early is harmless).
+            self.due = min(self.due, request.deadline - call_seconds)
 
 
 def _handler_failed(exc: Exception) -> EngineError:

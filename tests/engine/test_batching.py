@@ -131,8 +131,46 @@ def test_only_equal_per_sample_shapes_share_a_call():
         batcher.close()
     for i, (p, n) in enumerate(zip(results, [3, 3, 5, 5, 3], strict=True)):
         np.testing.assert_array_equal(p.outputs["y"], np.full((1, n), 2 * i))
-    # First come, first served: a request of another shape closes the batch and starts the next.
-    assert fake.calls == [(2, 3), (2, 5), (1, 3)]
+    # Each shape batches on its own (a request of another shape does not close a batch); the
+    # group whose first request came first runs first.
+    assert fake.calls == [(3, 3), (2, 5)]
+
+
+def test_shapes_interleaved_under_load_still_fill_their_batches():
+    fake = FakeModel()
+    batcher = fake.batcher(max_delay=5.0)  # only full batches run before the delay
+
+    async def many():
+        # Alternating shapes, as sentences alternating between two length buckets.
+        return await asyncio.gather(
+            *(batcher.submit(np.full((1, 3 + i % 2 * 2), i).tolist(), 1, None) for i in range(32))
+        )
+
+    try:
+        results = asyncio.run(many())
+    finally:
+        batcher.close()
+    for i, p in enumerate(results):
+        np.testing.assert_array_equal(p.outputs["y"], np.full((1, 3 + i % 2 * 2), 2 * i))
+    assert sorted(fake.calls) == [(8, 3), (8, 3), (8, 5), (8, 5)]
+
+
+def test_a_full_group_runs_and_its_overflow_starts_the_next_batch():
+    fake = FakeModel()
+    batcher = fake.batcher(max_delay=0.05)
+
+    async def many():
+        # 5 + 5 rows of one shape: the second request does not fit beside the first (max 8).
+        return await asyncio.gather(*(batcher.submit(np.full((5, 2), i).tolist(), 1, None) for i in range(2)))
+
+    try:
+        results = asyncio.run(many())
+    finally:
+        batcher.close()
+    for i, p in enumerate(results):
+        np.testing.assert_array_equal(p.outputs["y"], np.full((5, 2), 2 * i))
+        assert p.batch_size == 5
+    assert fake.calls == [(5, 2), (5, 2)]
 
 
 def test_a_batch_runs_early_when_waiting_would_break_a_deadline():
