@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -15,14 +14,10 @@ from pathlib import Path
 
 import httpx2
 
+from service.bench_client import free_port as free_port  # re-exported: tests and procs use it
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 INFERPOOL = shutil.which("inferpool", path=str(Path(sys.executable).parent)) or "inferpool"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

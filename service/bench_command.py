@@ -1,0 +1,241 @@
+"""``inferpool bench [--config FILE] [--count N] [--seconds S] [--json] [serve settings...]``
+
+How much does serving cost on *your* hardware and model? Times, on the model's example inputs:
+
+- the bare model call (the engine's runtime call, no server, no thread hand-off),
+- the engine's ``infer`` (validation and the hand-off to a worker thread, no HTTP),
+- the HTTP round trip of ``POST /predict`` (JSON) and of v2 infer with binary tensors, one
+  request at a time over one keep-alive connection to a real ``inferpool serve`` started with
+  the same settings on a free 127.0.0.1 port,
+
+and reports the server overhead (HTTP minus bare, in µs and as a ratio), the backend and
+dispatch the server chose, and the thread budget. The phases run in interleaved rounds, so
+that a noisy neighbour slows all of them alike instead of one. The settings are ``serve``'s
+(``inferpool bench --model X --runtime.backend onnxruntime``). A model with a handler (text
+in) needs ``--inputs``: the JSON value to send as ``{"inputs": ...}``; its bare call is still
+the model on its example tensors, so its overhead includes the handler's own work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import uvloop
+from prometheus_client.parser import text_string_to_metric_families
+from pydantic import ValidationError
+
+from config import Settings, load_settings
+from engine import ConfigError, ServedModel
+from service.bench_client import KeepAlive, json_request, serve_subprocess, v2_binary_request
+from service.bench_report import format_table, summarize
+from service.host import plans
+
+Phase = Callable[[int, float], list[float]]
+"""(most calls, seconds allowed) -> seconds per call."""
+
+
+@dataclass
+class Limits:
+    count: int
+    seconds: float
+    rounds: int
+    warmup: int
+    ready_timeout: float
+
+
+@dataclass
+class Phases:
+    order: dict[str, Phase] = field(default_factory=dict)
+    cpu_seconds: dict[str, float] = field(default_factory=dict)
+    """Process CPU time spent in each phase (the client's own cost, for the HTTP phases)."""
+
+
+def bench_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="inferpool bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--config", type=Path, help="TOML config file (default: config/default.toml)")
+    parser.add_argument("--count", type=int, default=2000, help="calls per phase, over all rounds (default 2000)")
+    parser.add_argument("--seconds", type=float, default=30.0, help="most seconds of timing in all (default 30)")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
+    parser.add_argument("--warmup", type=int, default=50, help="untimed calls per phase first (default 50)")
+    parser.add_argument("--ready-timeout", type=float, default=300.0, help="seconds to wait for the server")
+    parser.add_argument("--inputs", help='JSON for {"inputs": ...}; needed for models with a handler')
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    args, rest = parser.parse_known_args(argv)
+    if args.count < 1 or args.rounds < 1 or args.seconds <= 0 or args.warmup < 0:
+        parser.error("--count and --rounds must be at least 1, --seconds positive, --warmup 0 or more")
+    try:
+        settings = load_settings(args.config, rest)
+        inputs = None if args.inputs is None else json.loads(args.inputs)
+    except (ValidationError, ConfigError, FileNotFoundError, json.JSONDecodeError) as exc:
+        print(f"inferpool bench: invalid configuration: {exc}", file=sys.stderr)
+        return 2
+    serve_args = ([] if args.config is None else ["--config", str(args.config)]) + rest
+    limits = Limits(args.count, args.seconds, args.rounds, args.warmup, args.ready_timeout)
+    try:
+        report = run(settings, serve_args, limits, inputs)
+    except (ConfigError, RuntimeError, TimeoutError, ConnectionError) as exc:
+        print(f"inferpool bench: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, ConfigError) else 1
+    print(json.dumps(report, indent=1) if args.json else format_table(report))
+    return 0
+
+
+def run(settings: Settings, serve_args: list[str], limits: Limits, inputs: object = None) -> dict[str, Any]:
+    """Load the default model here, start the server beside it, time every phase."""
+    plan = plans(settings)[0]
+    shares = settings.workers * len(plans(settings))  # the server's own split of the CPUs
+    if plan.handler is not None and inputs is None:
+        raise ConfigError(
+            f"the model has a handler ({plan.handler}), so its requests are not tensors: pass --inputs with "
+            """the JSON value of a request's "inputs", e.g. --inputs '["A sentence."]'"""
+        )
+    served = ServedModel.load(plan.source, plan.options, max_queue=settings.max_queue, shares=shares,
+                              name=plan.name, handler=plan.handler)  # fmt: skip
+    sys.setswitchinterval(settings.switch_interval)  # as the server does
+    payload = inputs if inputs is not None else _payload(served)
+    try:
+        with (
+            serve_subprocess(serve_args, limits.ready_timeout) as port,
+            asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner,
+        ):
+            client = KeepAlive(port)
+            try:
+                phases = _phases(served, payload, client, runner)
+                times = _interleave(phases, limits)
+                facts = _server_facts(client, served.name)
+            finally:
+                client.close()
+    finally:
+        served.close()
+    return _report(settings, served, facts, times, phases, limits)
+
+
+def _payload(served: ServedModel) -> object:
+    examples = served.module.example_inputs
+    return next(iter(examples.values())) if len(examples) == 1 else dict(examples)
+
+
+def _phases(served: ServedModel, payload: object, client: KeepAlive, runner: asyncio.Runner) -> Phases:
+    phases = Phases()
+    phases.order["bare"] = lambda count, budget: _timed(lambda: served.time_example_call(repeats=1), count, budget)
+
+    async def engine(count: int, budget: float) -> list[float]:
+        return await _timed_async(lambda: served.infer(payload), count, budget)
+
+    phases.order["engine"] = lambda count, budget: runner.run(engine(count, budget))
+    requests = {"http_json": json_request(payload)}
+    if served.handler is None:
+        requests["http_v2_binary"] = v2_binary_request(served.name, served.schema, served.module.example_inputs)
+    for name, (path, body, headers) in requests.items():
+        phases.order[name] = _http_phase(client, client.build("POST", path, body, headers))
+    return phases
+
+
+def _http_phase(client: KeepAlive, request: bytes) -> Phase:
+    def exchange() -> float:
+        started = time.perf_counter()
+        status, body = client.exchange(request)
+        elapsed = time.perf_counter() - started
+        if status != 200:
+            raise RuntimeError(f"the server answered {status}: {body[:500].decode(errors='replace')}")
+        return elapsed
+
+    return lambda count, budget: _timed(exchange, count, budget)
+
+
+def _timed(call: Callable[[], float], count: int, budget: float) -> list[float]:
+    """Up to ``count`` calls (at least one) within ``budget`` seconds; each call returns its own
+    time (the bare call the engine's timing, an HTTP exchange without its status check)."""
+    times: list[float] = []
+    end = time.perf_counter() + budget
+    while len(times) < count and (not times or time.perf_counter() < end):
+        times.append(call())
+    return times
+
+
+async def _timed_async(call: Callable[[], Awaitable[object]], count: int, budget: float) -> list[float]:
+    times: list[float] = []
+    end = time.perf_counter() + budget
+    while len(times) < count and (not times or time.perf_counter() < end):
+        started = time.perf_counter()
+        await call()
+        times.append(time.perf_counter() - started)
+    return times
+
+
+def _interleave(phases: Phases, limits: Limits) -> dict[str, list[float]]:
+    for phase in phases.order.values():
+        if limits.warmup:
+            phase(limits.warmup, limits.seconds)
+    times: dict[str, list[float]] = {name: [] for name in phases.order}
+    per_round = -(-limits.count // limits.rounds)
+    budget = limits.seconds / (limits.rounds * len(phases.order))
+    for _ in range(limits.rounds):
+        for name, phase in phases.order.items():
+            cpu = time.process_time()
+            times[name] += phase(min(per_round, limits.count - len(times[name])) or 1, budget)
+            phases.cpu_seconds[name] = phases.cpu_seconds.get(name, 0.0) + time.process_time() - cpu
+    return times
+
+
+def _server_facts(client: KeepAlive, model: str) -> dict[str, str]:
+    """What the server says it runs (its choice when the settings say ``auto``)."""
+    status, body = client.exchange(client.build("GET", "/metrics"))
+    if status != 200:
+        raise RuntimeError(f"GET /metrics answered {status}")
+    for family in text_string_to_metric_families(body.decode()):
+        for sample in family.samples:
+            if sample.name == "inferpool_build_info" and sample.labels.get("model") == model:
+                return {"backend": sample.labels["backend"], "dispatch": sample.labels["dispatch"]}
+    raise RuntimeError(f"the server's /metrics has no inferpool_build_info for model {model!r}")
+
+
+def _report(
+    settings: Settings,
+    served: ServedModel,
+    facts: dict[str, str],
+    times: dict[str, list[float]],
+    phases: Phases,
+    limits: Limits,
+) -> dict[str, Any]:
+    stats = {name: summarize(values) for name, values in times.items()}
+    bare = stats["bare"]
+    overhead = {
+        name: {
+            "p50_us": round(s["p50_us"] - bare["p50_us"], 1),
+            "p99_us": round(s["p99_us"] - bare["p99_us"], 1),
+            "ratio_p50": round(s["p50_us"] / bare["p50_us"], 2),
+        }
+        for name, s in stats.items()
+        if name != "bare"
+    }
+    client_cpu = {
+        name: round(phases.cpu_seconds[name] / len(times[name]) * 1e6, 1) for name in times if name.startswith("http")
+    }
+    return {
+        "model": served.name,
+        "source": settings.model,
+        "backend": facts["backend"],
+        "backend_configured": settings.runtime.backend,
+        "dispatch": facts["dispatch"],
+        "threads": {
+            "server_processes": settings.workers,
+            "runtimes": served.plan.runtimes,
+            "intra_op_threads": served.plan.intra_op_threads,
+            "usable_cpus": served.plan.cpus,
+        },
+        "limits": {"count": limits.count, "seconds": limits.seconds, "rounds": limits.rounds},
+        "timings": stats,
+        "overhead": overhead,
+        "client_cpu_us_per_request": client_cpu,
+    }

@@ -1,0 +1,54 @@
+"""``inferpool bench``'s numbers: percentiles of a phase, and the table a person reads."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+LABELS = {
+    "bare": "bare model call (no server)",
+    "engine": "engine infer (hand-off, no HTTP)",
+    "http_json": "HTTP POST /predict (JSON)",
+    "http_v2_binary": "HTTP v2 infer (binary tensors)",
+}
+
+
+def summarize(seconds: list[float]) -> dict[str, Any]:
+    """Calls and p50/p99/mean in microseconds (0.1 µs)."""
+    us = np.asarray(seconds) * 1e6
+    return {
+        "calls": int(us.size),
+        "p50_us": round(float(np.percentile(us, 50)), 1),
+        "p99_us": round(float(np.percentile(us, 99)), 1),
+        "mean_us": round(float(us.mean()), 1),
+    }
+
+
+def format_table(report: dict[str, Any]) -> str:
+    threads = report["threads"]
+    chosen = report["backend"]
+    configured = report["backend_configured"]
+    backend = chosen if chosen == configured else f"{chosen} (configured: {configured})"
+    lines = [
+        f"inferpool bench: model {report['model']} ({report['source']})",
+        f"backend {backend}, dispatch {report['dispatch']}, {threads['runtimes']} runtimes x "
+        f"{threads['intra_op_threads']} intra-op threads, {threads['usable_cpus']} usable CPUs per process, "
+        f"{threads['server_processes']} server process(es)",
+        "",
+        f"{'':<34}{'calls':>7}{'p50 µs':>10}{'p99 µs':>10}   {'overhead p50 / p99 µs':>22}{'x bare p50':>12}",
+    ]
+    for name, stats in report["timings"].items():
+        over = report["overhead"].get(name)
+        extra = f"   {over['p50_us']:>10.1f} / {over['p99_us']:<9.1f}{over['ratio_p50']:>12.2f}" if over else ""
+        label = LABELS.get(name, name)
+        lines.append(f"{label:<34}{stats['calls']:>7}{stats['p50_us']:>10.1f}{stats['p99_us']:>10.1f}{extra}")
+    cpu = ", ".join(
+        f"{LABELS.get(k, k).split(' (')[0]} {v:.1f} µs" for k, v in report["client_cpu_us_per_request"].items()
+    )
+    lines += [
+        "",
+        "overhead = phase - bare call, at the same percentile; one request at a time, one keep-alive connection.",
+        f"The client runs on this machine inside each round trip; its CPU per request: {cpu}.",
+    ]
+    return "\n".join(lines)

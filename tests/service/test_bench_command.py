@@ -1,0 +1,82 @@
+"""`inferpool bench` for real: the command, its own model load, a real server subprocess."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from loadtest.server import INFERPOOL
+from service.bench_report import LABELS, format_table
+
+PHASES = ["bare", "engine", "http_json", "http_v2_binary"]
+
+
+@pytest.fixture(scope="module")
+def report() -> dict:
+    # Inline dispatch is not the default, so seeing it in the server's own answer shows that
+    # the bench's settings reached the server it started.
+    done = subprocess.run(
+        [INFERPOOL, "bench", "--count", "40", "--rounds", "2", "--warmup", "5", "--seconds", "20", "--json",
+         "--runtime.dispatch", "inline", "--runtime.num-runtimes", "1"],
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(done.stdout)
+
+
+def test_report_names_model_backend_and_thread_budget(report):
+    assert report["model"] == "digits"
+    assert report["source"] == "engine.zoo.digits:build"
+    assert report["backend"] == report["backend_configured"] == "eager"
+    assert report["dispatch"] == "inline"
+    threads = report["threads"]
+    assert threads["runtimes"] == 1
+    assert threads["intra_op_threads"] == 1
+    assert threads["server_processes"] == 1
+    assert threads["usable_cpus"] >= 1
+
+
+def test_every_phase_is_timed_with_positive_numbers(report):
+    assert list(report["timings"]) == PHASES
+    for stats in report["timings"].values():
+        assert stats["calls"] == 40
+        assert 0 < stats["p50_us"] <= stats["p99_us"]
+        assert stats["mean_us"] > 0
+    assert set(report["client_cpu_us_per_request"]) == {"http_json", "http_v2_binary"}
+    assert all(cpu > 0 for cpu in report["client_cpu_us_per_request"].values())
+
+
+def test_overhead_is_the_phase_minus_the_bare_call(report):
+    bare = report["timings"]["bare"]
+    assert list(report["overhead"]) == PHASES[1:]
+    for name, over in report["overhead"].items():
+        stats = report["timings"][name]
+        assert over["p50_us"] == pytest.approx(stats["p50_us"] - bare["p50_us"], abs=0.11)
+        assert over["p99_us"] == pytest.approx(stats["p99_us"] - bare["p99_us"], abs=0.11)
+        assert over["ratio_p50"] == pytest.approx(stats["p50_us"] / bare["p50_us"], abs=0.006)
+
+
+def test_table_shows_every_phase_and_the_budget(report):
+    text = format_table(report)
+    for name in PHASES:
+        assert LABELS[name] in text
+    assert "backend eager, dispatch inline, 1 runtimes x 1 intra-op threads" in text
+    assert f"{report['overhead']['http_json']['p50_us']:.1f}" in text
+
+
+def test_invalid_settings_exit_2_with_the_reason():
+    done = subprocess.run(
+        [INFERPOOL, "bench", "--runtime.backend", "nonsense"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2
+    assert "runtime.backend 'nonsense' is unknown" in done.stderr
+
+
+def test_a_handler_model_without_inputs_is_refused_before_loading(tmp_path):
+    config = tmp_path / "handler.toml"
+    config.write_text('model = "engine.zoo.digits:build"\nhandler = "engine.zoo.minilm:MiniLMHandler"\n')
+    done = subprocess.run([INFERPOOL, "bench", "--config", str(config)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "pass --inputs" in done.stderr
