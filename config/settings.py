@@ -19,6 +19,8 @@ from pydantic_settings import (
 )
 
 from engine import BACKENDS, DEFAULT_MODEL, RuntimeOptions
+from engine.backends.autoselect import backend_names
+from engine.sources import ARCHIVE_SUFFIXES
 
 DEFAULT_CONFIG_FILE = Path(__file__).with_name("default.toml")
 AUTH_EXEMPT = ("/health/live", "/health/ready", "/metrics", "/v2/health/live", "/v2/health/ready")
@@ -26,11 +28,14 @@ _config_file: ContextVar[Path] = ContextVar("config_file", default=DEFAULT_CONFI
 
 
 def check_source(value: str) -> str:
-    if value.endswith(".pt2"):
+    if Path(value).suffix in ARCHIVE_SUFFIXES:
         if not Path(value).is_file():
-            raise ValueError(f"model archive {value!r} does not exist; give the path of a torch.export .pt2 file")
+            raise ValueError(f"model archive {value!r} does not exist; give the path of an existing archive file")
     elif ":" not in value:
-        raise ValueError(f"model {value!r} must be 'package.module:function' or a path ending in .pt2")
+        raise ValueError(
+            f"model {value!r} must be 'package.module:function' or a path ending in .pt2 "
+            "(or .ts for a legacy TorchScript archive)"
+        )
     return value
 
 
@@ -48,8 +53,11 @@ def check_handler(value: str) -> str:
 
 
 def check_backend(value: RuntimeOptions) -> RuntimeOptions:
-    if value.backend not in BACKENDS:
-        raise ValueError(f"runtime.backend {value.backend!r} is unknown; choose one of {sorted(BACKENDS)}")
+    if value.backend not in backend_names():
+        raise ValueError(
+            f"runtime.backend {value.backend!r} is unknown; choose one of {sorted(BACKENDS)} or 'auto' "
+            "(time them all at startup and serve with the fastest)"
+        )
     return value
 
 

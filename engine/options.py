@@ -6,13 +6,19 @@ from pydantic.dataclasses import dataclass
 
 from engine.dispatch import DISPATCH_MODES
 
+AOTI_INTERFACES = ("minimal_arrayref", "loader")  # keys of engine.backends.aoti_runners.INTERFACES
+
 
 @dataclass(frozen=True)
 class RuntimeOptions:
     backend: str = "eager"
-    """Which runtime implementation runs the model (``engine.backends.BACKENDS``).
+    """Which runtime implementation runs the model (``engine.backends.BACKENDS``), or ``auto``.
     ``eager`` runs the ``nn.Module`` under ``torch.inference_mode``: always works; change it
-    only when a faster backend supports your model."""
+    only when a faster backend supports your model. ``auto`` times every backend that can load
+    the model at startup and serves with the fastest (the table is logged and served at
+    ``/v2/models/{name}/config``; see ``auto_backends`` to bound the time it takes); set the
+    winner by name afterwards for faster, reproducible restarts. ``torchscript`` runs legacy
+    TorchScript (``.ts`` archives) through PyTorch's Static Runtime; deprecated upstream."""
 
     num_runtimes: int = 0
     """Runtimes (and worker threads) in the pool; 0 = one per usable CPU divided by
@@ -117,6 +123,13 @@ class RuntimeOptions:
     restart does not recompile; "" = ``$XDG_CACHE_HOME/inferpool`` (``~/.cache/inferpool``).
     Point it at a volume, or at the directory ``inferpool compile`` wrote, in containers."""
 
+    auto_backends: tuple[str, ...] = ()
+    """``auto`` backend: the backends to try and time at startup; () = every one in
+    ``engine.backends.BACKENDS``. Each candidate is compiled, so startup takes as long as all
+    their compiles together (AOTInductor: tens of seconds unless ``compile_cache_dir`` already
+    has the package). List the ones worth trying when startup time matters, or set ``backend``
+    to the winner once you know it. Ignored unless ``backend`` is ``auto``."""
+
     def __post_init__(self) -> None:
         checks = {
             "num_runtimes": (self.num_runtimes >= 0, "use 0 for automatic or a positive count"),
@@ -135,7 +148,22 @@ class RuntimeOptions:
                 all(1 <= size <= self.max_batch_size for size in self.preferred_batch_sizes),
                 f"use sizes between 1 and max_batch_size ({self.max_batch_size}), or () for none",
             ),
+            "compiled_batch_sizes": (
+                all(size >= 1 for size in self.compiled_batch_sizes),
+                "use positive batch sizes, e.g. (1, 8, 32), or () for 1, max_batch_size and preferred_batch_sizes",
+            ),
+            "aoti_interface": (
+                self.aoti_interface in AOTI_INTERFACES,
+                f"use one of {AOTI_INTERFACES} ('minimal_arrayref' releases the GIL, 'loader' is PyTorch's own)",
+            ),
         }
+        if self.auto_backends:  # imported only when needed: the backends import this module
+            from engine.backends import BACKENDS
+
+            checks["auto_backends"] = (
+                set(self.auto_backends) <= set(BACKENDS) and len(set(self.auto_backends)) == len(self.auto_backends),
+                f"use names from {sorted(BACKENDS)}, each once, or () for all of them",
+            )
         if self.max_batch_size > 1 and self.dispatch == "inline":
             fix = "batching runs on worker threads: use 'threads' or 'auto', or max_batch_size=1"
             checks["dispatch"] = (False, fix)

@@ -20,7 +20,8 @@ import numpy as np
 import torch
 
 from engine.admission import Admission, ServiceTimes, count_samples
-from engine.backends import BACKENDS, Runtime
+from engine.backends import Runtime
+from engine.backends.autoselect import resolve_backend
 from engine.batching import Batcher, Prediction
 from engine.dispatch import Dispatch, InlineDispatch
 from engine.errors import ConfigError, DeadlineExceeded, EngineError, InvalidInput, ModelFailed, NotReady, Overloaded
@@ -48,17 +49,15 @@ class ServedModel:
         max_queue: int,
         handler: Handler | None = None,
     ) -> None:
-        try:
-            backend = BACKENDS[options.backend]
-        except KeyError:
-            raise ConfigError(f"backend {options.backend!r} is unknown; choose one of {sorted(BACKENDS)}") from None
+        self.selection = resolve_backend(module, options)
+        """The backend serving the model (for ``auto``: the fastest measured) and its table."""
+        backend, compiled = self.selection.backend, self.selection.compiled
         self.module = module
         self.handler = handler
         """Pre- and post-processing around the model (engine.handlers); None = tensors in and out."""
         self.options = options
         self.plan = plan
         self.max_queue = max_queue
-        compiled = backend.compile(module, options)
         # Kept to build replacements for runtimes that fail (see _run): same module, same artifact.
         self._backend, self._compiled = backend, compiled
         self._counts = threading.Lock()  # failure paths only
@@ -172,7 +171,7 @@ class ServedModel:
         log.info(
             "model %r ready in %.2fs: backend=%s dispatch=%s runtimes=%d intra_op_threads=%d usable_cpus=%d "
             "parameters=%d",
-            module.name, time.perf_counter() - started, options.backend, served.dispatch_mode, plan.runtimes,
+            module.name, time.perf_counter() - started, served.selection.name, served.dispatch_mode, plan.runtimes,
             plan.intra_op_threads, plan.cpus, module.num_parameters,
         )  # fmt: skip
         return served
@@ -316,7 +315,7 @@ class ServedModel:
         """How this model is being served, for logs and the info metric."""
         return {
             "model": self.name,
-            "backend": self.options.backend,
+            "backend": self.selection.name,
             "dispatch": self.dispatch_mode,
             "max_batch_size": str(self.options.max_batch_size),
             "runtimes": str(self.plan.runtimes),

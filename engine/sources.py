@@ -2,6 +2,8 @@
 
 - ``package.module:function`` -- a Python factory returning a :class:`ModelSpec`.
 - ``path/to/model.pt2`` -- an archive written by ``torch.export.save``.
+- ``path/to/model.ts`` (or ``.torchscript``) -- a legacy ``torch.jit.save`` archive, with a
+  description of its inputs (see engine.torchscript_archive).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import torch
 
 from engine.errors import ModelLoadError
 from engine.spec import ModelSpec
+from engine.torchscript_archive import load_torchscript
 
 DEFAULT_MODEL = "engine.zoo.digits:build"
 
@@ -69,8 +72,18 @@ def _example_dim(program: torch.export.ExportedProgram, dim: int | torch.SymInt)
     return max(2, int(bounds.lower)) if bounds is not None else 2
 
 
-SOURCES: dict[str, Callable[[str], ModelSpec]] = {"export": load_export, "factory": load_factory}
+SOURCES: dict[str, Callable[[str], ModelSpec]] = {
+    "export": load_export,
+    "torchscript": load_torchscript,
+    "factory": load_factory,
+}
+ARCHIVE_SUFFIXES = {".pt2": "export", ".ts": "torchscript", ".torchscript": "torchscript"}
+
+
+def source_kind(source: str) -> str:
+    """Which SOURCES entry loads ``source``: archives by suffix, anything else is a factory."""
+    return ARCHIVE_SUFFIXES.get(Path(source).suffix, "factory")
 
 
 def load_model(source: str) -> ModelSpec:
-    return SOURCES["export" if source.endswith(".pt2") else "factory"](source)
+    return SOURCES[source_kind(source)](source)

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+from engine.backends.aoti import AotiRuntime
 from engine.backends.base import Runtime
 from engine.backends.eager import EagerRuntime
 from engine.backends.onnxruntime import OnnxRuntime
+from engine.backends.torchscript import TorchScriptRuntime
 
-BACKENDS: dict[str, type[Runtime]] = {"eager": EagerRuntime, "onnxruntime": OnnxRuntime}
+BACKENDS: dict[str, type[Runtime]] = {
+    "eager": EagerRuntime,
+    "onnxruntime": OnnxRuntime,
+    "torchscript": TorchScriptRuntime,
+    "aoti": AotiRuntime,
+}
 
 __all__ = ["BACKENDS", "Runtime"]

@@ -52,6 +52,23 @@ async def model_metadata(request: Request, name: str, version: str | None = None
     return json_response(metadata(model.name, model.schema, VERSION, model.handler))
 
 
+@router.get("/models/{name}/config", summary="Model configuration")
+@router.get("/models/{name}/versions/{version}/config", summary="Model configuration (one version)")
+async def model_config(request: Request, name: str, version: str | None = None) -> Response:
+    """How the model is served, after Triton's model configuration: the backend serving it and,
+    in `backend_selection`, the configured one and (for `auto`) every candidate's timings."""
+    model = _model(request, name, version)
+    facts = model.describe()
+    return json_response(
+        {
+            "name": model.name,
+            "backend": facts["backend"],
+            "max_batch_size": int(facts["max_batch_size"]),
+            "backend_selection": model.selection.report(),
+        }
+    )
+
+
 @router.get("/models/{name}/ready", summary="Model readiness")
 @router.get("/models/{name}/versions/{version}/ready", summary="Model readiness (one version)")
 async def model_ready(request: Request, name: str, version: str | None = None) -> Response:

@@ -1,0 +1,240 @@
+"""Backend resolution: a named backend, or ``auto``, which times the candidates at startup.
+
+``auto`` tries every backend in ``BACKENDS`` (or ``RuntimeOptions.auto_backends``): compile,
+one runtime, warm-up, and its answer on the example inputs checked against eager PyTorch.
+A candidate that raises anything (ModelLoadError for a model it cannot take, ConfigError for a
+machine it cannot run on) is skipped, with the reason kept in the table. The survivors are
+timed in interleaved rounds, so that machine noise hits them alike, and the lowest score wins;
+its compiled artifact is what the pool is built from (nothing is compiled twice). Warnings a
+candidate raised while compiling (e.g. a deprecation) are re-raised only if it wins.
+
+Score, in microseconds (lower is better): for a model without a batch dimension, the median
+time of a call on the example inputs. For a batched model, the geometric mean of the median
+time of a batch-1 call and the median time per sample of a batch of N = max(8,
+max_batch_size): latency and throughput count alike in ratios (2x faster at one and 2x slower
+at the other ties), whatever their absolute sizes.
+
+Time spent: every candidate's compile (the bulk; AOTInductor takes tens of seconds on a first
+compile, which is what ``auto_backends`` is for) plus about ROUNDS x ROUND_SECONDS per batch
+size per candidate of timing.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+import time
+import warnings
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from engine.backends.base import Runtime
+from engine.errors import ConfigError, EngineError, ModelLoadError
+from engine.module import InferenceModule
+from engine.options import RuntimeOptions
+from engine.schema import Array
+
+log = logging.getLogger(__name__)
+
+AUTO = "auto"
+ROUNDS = 5
+ROUND_SECONDS = 0.02
+"""Time per candidate, batch size and round: long enough for a stable median of small calls,
+short enough that timing stays well under a second per candidate."""
+MAX_CALLS = 200
+RTOL, ATOL = 1e-3, 1e-5  # as loose as the loosest backend's own parity check (onnxruntime)
+SCORE = "us; batched models: geometric mean of batch-1 us/call and batch-N us/sample; else us/call"
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One candidate's row in the table (None where it was not measured)."""
+
+    backend: str
+    compile_seconds: float
+    batch1_us: float | None = None
+    batch_size: int | None = None
+    per_sample_us: float | None = None
+    score_us: float | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class BackendChoice:
+    """The backend a model is served with, its shared compiled artifact and, for ``auto``,
+    the table it was chosen from."""
+
+    name: str
+    backend: type[Runtime]
+    compiled: Any
+    configured: str
+    trials: tuple[Trial, ...] = ()
+
+    def report(self) -> dict[str, Any]:
+        """JSON-ready: what was configured, what serves, and every candidate's row."""
+        table = [asdict(t) for t in self.trials]
+        return {"configured": self.configured, "chosen": self.name, "score": SCORE, "candidates": table}
+
+
+def backend_names() -> list[str]:
+    from engine.backends import BACKENDS  # the table imports this module's siblings
+
+    return [*sorted(BACKENDS), AUTO]
+
+
+def resolve_backend(module: InferenceModule, options: RuntimeOptions) -> BackendChoice:
+    from engine.backends import BACKENDS
+
+    if options.backend == AUTO:
+        return choose(module, options, {n: BACKENDS[n] for n in options.auto_backends or BACKENDS})
+    if options.backend not in BACKENDS:
+        raise ConfigError(f"backend {options.backend!r} is unknown; choose one of {backend_names()}")
+    backend = BACKENDS[options.backend]
+    return BackendChoice(options.backend, backend, backend.compile(module, options), options.backend)
+
+
+@dataclass
+class _Candidate:
+    backend: type[Runtime]
+    compiled: Any
+    runtime: Runtime
+    compile_seconds: float
+    warnings: list[warnings.WarningMessage]
+
+
+def choose(module: InferenceModule, options: RuntimeOptions, backends: Mapping[str, type[Runtime]]) -> BackendChoice:
+    """Try, time and pick among ``backends``; see the module docstring."""
+    inputs = _timing_inputs(module, options)
+    reference = _eager(module, inputs[1])
+    candidates: dict[str, _Candidate] = {}
+    skipped: dict[str, Trial] = {}
+    for name, backend in backends.items():
+        started = time.perf_counter()
+        try:
+            candidates[name] = _try(module, options, backend, reference, inputs[1])
+        except Exception as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+            skipped[name] = Trial(name, round(time.perf_counter() - started, 3), error=reason)
+            # Backends refuse models on purpose with engine errors; anything else is a bug to see.
+            log.log(logging.INFO if isinstance(exc, EngineError) else logging.WARNING, "auto: skipping %s: %s",
+                    name, reason, exc_info=not isinstance(exc, EngineError))  # fmt: skip
+    if not candidates:
+        reasons = "; ".join(f"{n}: {t.error}" for n, t in skipped.items())
+        raise ModelLoadError(f"no backend can serve model {module.name!r} ({reasons}); fix one of them")
+    medians = _time(candidates, inputs)
+    trials = {name: _trial(name, c, medians[name]) for name, c in candidates.items()} | skipped
+    table = tuple(trials[name] for name in backends)
+    chosen = min(candidates, key=lambda name: trials[name].score_us or math.inf)
+    for caught in candidates[chosen].warnings:
+        warnings.warn(caught.message, caught.category, stacklevel=2)
+    log.info("auto: model %r is served by %r\n%s", module.name, chosen, format_table(table))
+    winner = candidates[chosen]
+    return BackendChoice(chosen, winner.backend, winner.compiled, AUTO, table)
+
+
+def _try(
+    module: InferenceModule,
+    options: RuntimeOptions,
+    backend: type[Runtime],
+    reference: dict[str, Array],
+    inputs: Mapping[str, Array],
+) -> _Candidate:
+    started = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")  # recorded, to be re-raised if this candidate wins
+        compiled = backend.compile(module, options)
+    seconds = time.perf_counter() - started
+    runtime = backend(module, options, compiled)
+    runtime.warmup()
+    got = runtime.run(inputs)
+    for name, want in reference.items():
+        ours = np.asarray(got[name])
+        same = ours.shape == want.shape and ours.dtype == want.dtype
+        if same and want.dtype.kind == "f":
+            same = bool(np.allclose(ours, want, rtol=RTOL, atol=ATOL))
+        elif same:
+            same = bool(np.array_equal(ours, want))
+        if not same:
+            raise ModelLoadError(f"its output {name!r} disagrees with eager PyTorch on the example inputs")
+    return _Candidate(backend, compiled, runtime, seconds, list(caught))
+
+
+def _timing_inputs(module: InferenceModule, options: RuntimeOptions) -> dict[int, dict[str, Array]]:
+    """Batch size -> inputs: the example inputs at batch 1 and at N, or as they are if unbatched."""
+    examples = module.example_inputs
+    if not all(spec.batched for spec in module.schema.inputs):
+        return {1: dict(examples)}
+    return {
+        size: {n: np.ascontiguousarray(np.resize(a, (size, *a.shape[1:]))) for n, a in examples.items()}
+        for size in (1, max(8, options.max_batch_size))
+    }
+
+
+def _eager(module: InferenceModule, inputs: Mapping[str, Array]) -> dict[str, Array]:
+    tensors = [torch.from_numpy(inputs[spec.name]) for spec in module.schema.inputs]
+    with torch.inference_mode():
+        return module.outputs_by_name(module.module(*tensors))
+
+
+def _time(
+    candidates: Mapping[str, _Candidate], inputs: Mapping[int, Mapping[str, Array]]
+) -> dict[str, dict[int, float]]:
+    """Name -> batch size -> median seconds per call, over ROUNDS interleaved rounds."""
+    calls = {(name, size): _calls_per_round(c.runtime, arrays) for name, c in candidates.items()
+             for size, arrays in inputs.items()}  # fmt: skip
+    times: dict[tuple[str, int], list[float]] = {key: [] for key in calls}
+    for _ in range(ROUNDS):
+        for (name, size), count in calls.items():
+            times[name, size] += _calls(candidates[name].runtime, inputs[size], count)
+    medians: dict[str, dict[int, float]] = {name: {} for name in candidates}
+    for (name, size), seconds in times.items():
+        medians[name][size] = statistics.median(seconds)
+    return medians
+
+
+def _calls(runtime: Runtime, inputs: Mapping[str, Array], count: int) -> list[float]:
+    clock, times = time.perf_counter, []
+    for _ in range(count):
+        started = clock()
+        runtime.run(inputs)
+        times.append(clock() - started)
+    return times
+
+
+def _calls_per_round(runtime: Runtime, inputs: Mapping[str, Array]) -> int:
+    probe = statistics.median(_calls(runtime, inputs, 3))
+    return max(1, min(MAX_CALLS, int(ROUND_SECONDS / max(probe, 1e-7))))
+
+
+def _trial(name: str, candidate: _Candidate, medians: Mapping[int, float]) -> Trial:
+    batch1 = medians[1] * 1e6
+    size = max(medians)
+    if size == 1:
+        return Trial(name, round(candidate.compile_seconds, 3), round(batch1, 1), score_us=round(batch1, 1))
+    per_sample = medians[size] * 1e6 / size
+    score = math.sqrt(batch1 * per_sample)
+    return Trial(
+        name, round(candidate.compile_seconds, 3), round(batch1, 1), size, round(per_sample, 2), round(score, 1)
+    )
+
+
+def format_table(trials: tuple[Trial, ...]) -> str:
+    def cell(value: float | None, digits: int) -> str:
+        return "-" if value is None else f"{value:.{digits}f}"
+
+    size = next((t.batch_size for t in trials if t.batch_size), None)
+    lines = [f"  {'backend':14} {'compile s':>9} {'batch-1 us':>10} {f'batch-{size} us/sample':>20} {'score us':>9}"]
+    for t in trials:
+        if t.error is not None:
+            lines.append(f"  {t.backend:14} {t.compile_seconds:9.2f}  skipped: {t.error}")
+            continue
+        lines.append(
+            f"  {t.backend:14} {t.compile_seconds:9.2f} {cell(t.batch1_us, 1):>10} "
+            f"{cell(t.per_sample_us, 2):>20} {cell(t.score_us, 1):>9}"
+        )
+    return "\n".join(lines)

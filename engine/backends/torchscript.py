@@ -1,0 +1,142 @@
+"""TorchScript through PyTorch's Static Runtime, for legacy TorchScript archives.
+
+``compile`` freezes a ScriptModule (a ``.ts`` archive as loaded; a factory's ``nn.Module``
+scripted, or traced on its example inputs when it cannot be scripted) and builds one
+``torch.StaticModule`` from it with ``torch._C._jit_to_static_module``, shared by every
+runtime. TorchScript is deprecated upstream, so each compile warns (FutureWarning and a log
+line) with what to use instead.
+
+One shared StaticModule behind a lock, not one per runtime: the Python binding's
+``__call__`` (torch/csrc/jit/runtime/static/init.cpp) runs ``StaticModule::operator()``,
+which runs the module's single cached ``StaticRuntime`` (``StaticModule::runtime()`` in
+impl.cpp creates it lazily and returns it to every caller) and never releases the GIL. So
+calls cannot overlap anyway, and more StaticModules would only add graphs and buffers. The
+GIL alone happens to make concurrent calls safe; the lock says so explicitly and keeps it
+true on a free-threaded build, where two calls would share one runtime's buffers.
+
+The binding takes no options (StaticModuleOptions defaults: out variants and memory planning
+on, outputs not managed, so each call returns fresh tensors); the ``static`` backend's options
+do not apply here. No ``torch.jit.optimize_for_inference`` before it: that crashed on the
+digits CNN here.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch.jit._trace import TracerWarning
+
+from engine.backends.base import Runtime
+from engine.errors import ModelLoadError
+from engine.module import InferenceModule, flatten_outputs
+from engine.options import RuntimeOptions
+from engine.schema import Array
+from engine.torchscript_archive import TorchScriptArchive, quiet_jit
+
+log = logging.getLogger(__name__)
+
+DEPRECATION = (
+    "backend 'torchscript' runs TorchScript, which PyTorch has deprecated and will remove; re-export the "
+    "model with torch.export (serve the .pt2 or a factory) and use backend 'onnxruntime' or 'auto'"
+)
+# Static Runtime runs the same ATen kernels as eager, but may pick fused or out= variants.
+RTOL, ATOL = 1e-4, 1e-6
+
+
+@dataclass(frozen=True)
+class StaticArtifact:
+    """What every TorchScript runtime shares: the StaticModule, the frozen ScriptModule it was
+    built from (kept alive with it), how that was obtained, and the lock around calls."""
+
+    static: Any  # torch.StaticModule (untyped C++ binding)
+    frozen: torch.jit.ScriptModule
+    origin: str  # "archive", "scripted" or "traced"
+    lock: threading.Lock = field(default_factory=threading.Lock, compare=False)
+
+
+def _script(module: InferenceModule) -> tuple[torch.jit.ScriptModule, str, list[str]]:
+    """The module as TorchScript, and any tracer warnings (a trace that may have baked in a shape)."""
+    if isinstance(module.module, TorchScriptArchive):
+        return module.module.script, "archive", []
+    try:
+        return torch.jit.script(module.module), "scripted", []
+    except Exception as exc:  # noqa: BLE001 -- most modules with Python-only code; tracing handles them
+        log.debug("model %r cannot be scripted (%s); tracing it", module.name, exc)
+    examples = tuple(torch.from_numpy(_batch(module, 2)[s.name]) for s in module.schema.inputs)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", TracerWarning)
+        traced = torch.jit.trace(module.module, examples, check_trace=False)  # type: ignore[no-untyped-call]
+    return traced, "traced", [str(w.message) for w in caught if issubclass(w.category, TracerWarning)]
+
+
+def _batch(module: InferenceModule, size: int) -> dict[str, Array]:
+    """The example inputs repeated to ``size`` rows (as they are when the model is not batched)."""
+    if not all(s.batched for s in module.schema.inputs):
+        return dict(module.example_inputs)
+    return {n: np.ascontiguousarray(np.resize(a, (size, *a.shape[1:]))) for n, a in module.example_inputs.items()}
+
+
+def _check_parity(module: InferenceModule, static: Any, origin: str, tracer_warnings: list[str]) -> None:
+    """Compare with the eager module at two batch sizes, so that a trace specialised to one
+    shape fails at load, not in traffic."""
+    rng = np.random.default_rng(0)
+    for size in (1, 3):
+        # Random floats: zeros (what most example inputs are) hide a trace's data dependence.
+        batch = _batch(module, size)
+        arrays = [rng.standard_normal(a.shape).astype(a.dtype) if a.dtype.kind == "f" else a for a in batch.values()]
+        tensors = [torch.from_numpy(a) for a in arrays]
+        with torch.inference_mode():
+            want = flatten_outputs(module.module(*tensors))
+        got = flatten_outputs(static(*tensors))
+        for spec, ours, theirs in zip(module.schema.outputs, got, want, strict=True):
+            if ours.shape != theirs.shape or ours.dtype != theirs.dtype or not torch.allclose(ours, theirs, RTOL, ATOL):
+                hint = f" (the tracer warned: {'; '.join(tracer_warnings)})" if tracer_warnings else ""
+                raise ModelLoadError(
+                    f"the {origin} TorchScript of {module.name!r} disagrees with the eager model on output "
+                    f"{spec.name!r} at batch {size}{hint}; use backend 'eager'"
+                )
+
+
+class TorchScriptRuntime(Runtime):
+    """Calls the shared StaticModule built by :meth:`compile`."""
+
+    def __init__(self, module: InferenceModule, options: RuntimeOptions, compiled: Any = None) -> None:
+        if not isinstance(compiled, StaticArtifact):
+            raise TypeError(
+                "TorchScriptRuntime needs the shared module: pass compiled=TorchScriptRuntime.compile(module, options)"
+            )
+        super().__init__(module, options, compiled)
+        self._names = tuple(s.name for s in module.schema.inputs)
+        self._static, self._lock = compiled.static, compiled.lock
+
+    @classmethod
+    def compile(cls, module: InferenceModule, options: RuntimeOptions) -> StaticArtifact:
+        warnings.warn(DEPRECATION, FutureWarning, stacklevel=2)
+        log.warning("model %r: %s", module.name, DEPRECATION)
+        try:
+            with quiet_jit():
+                scripted, origin, tracer_warnings = _script(module)
+                frozen = torch.jit.freeze(scripted.eval())
+            static = torch._C._jit_to_static_module(frozen._c)
+        except Exception as exc:
+            raise ModelLoadError(
+                f"cannot build a TorchScript Static Runtime module for {module.name!r}: {exc}; use backend 'eager'"
+            ) from exc
+        _check_parity(module, static, origin, tracer_warnings)
+        if tracer_warnings:  # parity held at two batch sizes, but say what the trace assumed
+            log.warning("model %r was traced for TorchScript; the tracer warned: %s", module.name, tracer_warnings)
+        return StaticArtifact(static, frozen, origin)
+
+    def run(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
+        args = [torch.from_numpy(inputs[name]) for name in self._names]
+        with self._lock:
+            result = self._static(*args)
+        self.calls += 1
+        return self.module.outputs_by_name(result)
