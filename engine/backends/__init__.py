@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from engine.backends.aoti import AotiRuntime
 from engine.backends.base import Runtime
 from engine.backends.eager import EagerRuntime
 from engine.backends.onnxruntime import OnnxRuntime
@@ -12,7 +11,6 @@ BACKENDS: dict[str, type[Runtime]] = {
     "eager": EagerRuntime,
     "onnxruntime": OnnxRuntime,
     "torchscript": TorchScriptRuntime,
-    "aoti": AotiRuntime,
 }
 
 __all__ = ["BACKENDS", "Runtime"]
