@@ -1,0 +1,160 @@
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+import warnings
+from collections import Counter
+from collections.abc import Mapping
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from engine import BACKENDS, ConfigError, InferenceModule, ModelLoadError, RuntimeOptions, ServedModel
+from engine.backends.autoselect import AUTO, BackendChoice, resolve_backend
+from engine.backends.eager import EagerRuntime
+from engine.module import InferenceModule as Module
+from engine.options import RuntimeOptions as Options
+from engine.schema import Array
+from engine.threads import ThreadPlan
+
+COMPILES: Counter[str] = Counter()
+
+
+class Refuses(EagerRuntime):
+    """A backend that cannot take the model, as a real one says so."""
+
+    @classmethod
+    def compile(cls, module: Module, options: Options) -> object:
+        raise ModelLoadError("backend 'refuses' cannot export this model")
+
+
+class WrongAnswers(EagerRuntime):
+    def run(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
+        return {name: out + 1 for name, out in super().run(inputs).items()}
+
+
+class Slow(EagerRuntime):
+    def run(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
+        time.sleep(0.001)
+        return super().run(inputs)
+
+
+class Counted(EagerRuntime):
+    """Counts its compiles and hands out a distinct artifact per compile, to follow it."""
+
+    @classmethod
+    def compile(cls, module: Module, options: Options) -> object:
+        COMPILES[cls.__name__] += 1
+        return (cls.__name__, COMPILES[cls.__name__])
+
+
+class CountedToo(Counted):
+    pass
+
+
+class Warns(EagerRuntime):
+    @classmethod
+    def compile(cls, module: Module, options: Options) -> object:
+        warnings.warn("compiled by a backend that warns", UserWarning, stacklevel=2)
+        return None
+
+
+@pytest.fixture
+def fakes(monkeypatch):
+    for name, backend in {
+        "refuses": Refuses,
+        "wrong": WrongAnswers,
+        "slow": Slow,
+        "counted": Counted,
+        "counted_too": CountedToo,
+        "warns": Warns,
+    }.items():
+        monkeypatch.setitem(BACKENDS, name, backend)
+    COMPILES.clear()
+
+
+def auto(*names: str, **more: object) -> RuntimeOptions:
+    return RuntimeOptions(backend=AUTO, auto_backends=names, num_runtimes=2, warmup_iters=1, **more)  # type: ignore[arg-type]
+
+
+def scored(choice: BackendChoice) -> dict[str, float]:
+    return {t.backend: t.score_us for t in choice.trials if t.score_us is not None}
+
+
+def test_picks_the_fastest_measured_and_records_why_others_were_skipped(digits_module, fakes):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        choice = resolve_backend(digits_module, auto("eager", "refuses", "wrong", "slow", "warns"))
+    rows = {t.backend: t for t in choice.trials}
+    assert list(rows) == ["eager", "refuses", "wrong", "slow", "warns"]  # the table keeps the given order
+    assert choice.name in BACKENDS
+    assert choice.name == min(scored(choice), key=scored(choice).__getitem__)
+    assert set(scored(choice)) == {"eager", "slow", "warns"}
+    assert rows["refuses"].error == "ModelLoadError: backend 'refuses' cannot export this model"
+    assert rows["wrong"].error is not None
+    assert "disagrees with eager PyTorch" in rows["wrong"].error
+    for row in (rows["eager"], rows["slow"]):
+        assert row.batch_size == 8  # max(8, max_batch_size)
+        assert row.batch1_us is not None
+        assert row.per_sample_us is not None
+        assert row.score_us == pytest.approx(math.sqrt(row.batch1_us * row.per_sample_us), rel=0.01)
+    # The winner's compile warnings are passed on; a loser's are not.
+    assert any("backend that warns" in str(w.message) for w in caught) == (choice.name == "warns")
+
+
+def test_served_model_builds_its_pool_from_the_chosen_artifact(digits_module, fakes, images, reference):
+    options = auto("counted", "counted_too")
+    model = ServedModel(digits_module, options, ThreadPlan(cpus=2, runtimes=2, intra_op_threads=1), max_queue=8)
+    try:
+        chosen = model.selection
+        assert COMPILES == {"Counted": 1, "CountedToo": 1}  # each candidate once, the winner not again
+        assert chosen.compiled == (type(model.pool.runtimes[0]).__name__, 1)
+        assert all(runtime.compiled is chosen.compiled for runtime in model.pool.runtimes)
+        assert model.describe()["backend"] == chosen.name
+        assert chosen.name in ("counted", "counted_too")
+        report = json.loads(json.dumps(chosen.report()))  # JSON-ready as it is
+        assert report["configured"] == AUTO
+        assert report["chosen"] == chosen.name
+        assert [row["backend"] for row in report["candidates"]] == ["counted", "counted_too"]
+        answer = asyncio.run(model.infer({"image": images[:4].tolist()}))
+    finally:
+        model.close()
+    np.testing.assert_allclose(answer.outputs["probabilities"], reference(images[:4])[0], rtol=1e-6)
+
+
+def test_a_named_backend_is_compiled_without_trials(digits_module):
+    choice = resolve_backend(digits_module, RuntimeOptions(backend="eager"))
+    assert (choice.name, choice.configured, choice.trials) == ("eager", "eager", ())
+    assert choice.report()["candidates"] == []
+
+
+def test_no_backend_can_serve_says_why_each_failed(digits_module, fakes):
+    with pytest.raises(ModelLoadError, match=r"no backend can serve model 'digits' \(refuses: ModelLoadError: "):
+        resolve_backend(digits_module, auto("refuses"))
+
+
+def test_unknown_backend_lists_the_choices_with_auto(digits_module):
+    with pytest.raises(ConfigError, match=r"'tensorrt' is unknown; choose one of \[.*'eager'.*'auto'\]"):
+        resolve_backend(digits_module, RuntimeOptions(backend="tensorrt"))
+
+
+@pytest.mark.parametrize("names", [("eager", "tensorrt"), ("eager", "eager"), ("auto",)])
+def test_auto_backends_must_name_backends_once(names):
+    with pytest.raises(ValidationError, match=r"auto_backends=.* is invalid: use names from \["):
+        RuntimeOptions(backend=AUTO, auto_backends=names)
+
+
+def test_unbatched_model_is_scored_by_its_call_time(fakes):
+    from engine.zoo.digits import build
+
+    spec = build()
+    module = InferenceModule.from_spec(type(spec)(spec.module, spec.example_inputs, spec.output_names, batched=False))
+    choice = resolve_backend(module, auto("eager", "slow"))
+    for row in choice.trials:
+        assert row.batch_size is None
+        assert row.per_sample_us is None
+        assert row.score_us == row.batch1_us
+    assert choice.name == min(scored(choice), key=scored(choice).__getitem__)
