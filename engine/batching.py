@@ -130,9 +130,11 @@ class Batcher:
         self._prepare_hook, self._finish = prepare, finish
         self._queue: SimpleQueue[Request | None] = SimpleQueue()
         self._leader = threading.Lock()
-        # Requests taken off the queue, by per-sample shape, waiting for company. Only the
-        # leader touches it; it outlives any one thread, so a worker that dies leaves it intact.
-        self._groups: dict[tuple[tuple[int, ...], ...], _Group] = {}
+        # Requests taken off the queue: partial batches by per-sample shape, waiting for company,
+        # and full batches waiting for a worker. Only the leader touches them; they outlive any
+        # one thread, so a worker that dies leaves them intact for the next leader.
+        self._groups: dict[_Shapes, _Group] = {}
+        self._ready: list[_Group] = []
         self._threads = ThreadSet(threads, name, self._work, initializer)
         try:
             self._threads.wait_started(120)  # per-thread warm-up runs in the initializer: ready means warm
@@ -162,9 +164,10 @@ class Batcher:
         for _ in range(self._threads.count):
             self._queue.put(None)
         self._threads.join(timeout)
-        for group in self._groups.values():  # never leave a caller hanging
+        for group in (*self._ready, *self._groups.values()):  # never leave a caller hanging
             for r in group.requests:
                 _settle_all(r.loop, [(r.future, NotReady("the model is shutting down"))])
+        self._ready.clear()
         self._groups.clear()
 
     def _work(self) -> None:
@@ -189,22 +192,34 @@ class Batcher:
             _settle_all(r.loop, [(r.future, worker_died(exc))])
 
     def _form(self, batch: list[Request]) -> bool:
-        """Put the next due batch into ``batch``; True if a shutdown sentinel was taken."""
-        groups = self._groups
+        """Put the next batch to run into ``batch``; True if a shutdown sentinel was taken.
+
+        Everything already queued is taken first: a request that waited in the queue longer
+        than ``max_delay`` (the workers were busy) is due at once, and must not run alone
+        while its companions sit in the queue behind it. Then the earliest-due batch among
+        the full ones and the due partial ones runs (first come, first served across shapes,
+        so none starves); if none is due, the leader waits for more requests until one is.
+        """
+        ready, groups = self._ready, self._groups
         while True:
-            request: Request | None
-            if groups:
-                key, first = min(groups.items(), key=lambda item: item[1].due)
-                remaining = first.due - time.monotonic()
-                if remaining <= 0:
-                    batch.extend(groups.pop(key).requests)
+            try:
+                request = self._queue.get(block=False)
+            except Empty:
+                now = time.monotonic()
+                due = [g for g in groups.values() if g.due <= now]
+                if ready or due:
+                    chosen = min((*ready, *due), key=lambda g: g.due)
+                    if chosen in ready:
+                        ready.remove(chosen)
+                    else:
+                        del groups[chosen.key]
+                    batch.extend(chosen.requests)
                     return False
+                timeout = min(g.due for g in groups.values()) - now if groups else None
                 try:
-                    request = self._queue.get(timeout=remaining)
+                    request = self._queue.get(timeout=timeout)
                 except Empty:
-                    continue  # that group is due now
-            else:
-                request = self._queue.get()
+                    continue  # a group is due now
             if request is None:
                 return True
             if not request.arrays and not self._prepare(request):
@@ -212,21 +227,13 @@ class Batcher:
             key = tuple(a.shape[1:] for a in request.arrays.values())
             group = groups.get(key)
             if group is not None and group.rows + request.rows > self.max_batch_size:
-                batch.extend(group.requests)  # full: it runs, and this request starts the shape's next batch
-                groups[key] = self._start_group(request)
-                return False
+                ready.append(groups.pop(key))  # full: this request starts the shape's next batch
+                group = None
             if group is None:
-                group = groups[key] = self._start_group(request)
-            else:
-                group.add(request, self._call_seconds(self.max_batch_size))
+                group = groups[key] = _Group(key, [], 0, request.queued + self.max_delay)
+            group.add(request, self._call_seconds(self.max_batch_size))
             if group.rows >= self.max_batch_size or group.rows in self.preferred:
-                batch.extend(groups.pop(key).requests)
-                return False
-
-    def _start_group(self, request: Request) -> _Group:
-        group = _Group([], 0, request.queued + self.max_delay)
-        group.add(request, self._call_seconds(self.max_batch_size))
-        return group
+                ready.append(groups.pop(key))
 
     def _prepare(self, request: Request) -> bool:
         """Validate a newly taken request; False if it was answered instead (expired, caller
@@ -318,10 +325,14 @@ class Batcher:
             raise died
 
 
-@dataclass(slots=True)
+_Shapes = tuple[tuple[int, ...], ...]
+
+
+@dataclass(slots=True, eq=False)
 class _Group:
     """Requests of one per-sample shape waiting to run together."""
 
+    key: _Shapes
     requests: list[Request]
     rows: int
     due: float

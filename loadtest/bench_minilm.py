@@ -5,8 +5,8 @@
 In process (``ServedModel.infer`` with the MiniLM handler: tokenising, padding to a length
 bucket, the model, pooling; no HTTP). Each of ``--clients`` asyncio clients sends one sentence
 (drawn in turn from a fixed set of 8-30 token sentences, so buckets 16 and 32) and awaits the
-answer before sending the next. Variants: eager and onnxruntime, ``max_batch_size`` 1 (off)
-and 16 (``max_queue_delay_us`` 2000); each loaded once, runs interleaved ``--repeats`` times,
+answer before sending the next. Variants: ``--backends`` x ``--batch-sizes`` (``max_batch_size``;
+1 = off; ``max_queue_delay_us`` from ``--delay-us``); each loaded once, runs interleaved ``--repeats`` times,
 order reversed every other repeat; a 1 s warm-up per run is excluded.
 """
 
@@ -26,7 +26,6 @@ SENTENCES = [
     "Embeddings map sentences to vectors.",
     "What is the capital of France, and how many people live there today?",
 ]
-VARIANTS = [(backend, batch) for backend in ("eager", "onnxruntime") for batch in (1, 16)]
 
 
 async def drive(model: ServedModel, clients: int, seconds: float) -> dict[str, float]:
@@ -40,17 +39,21 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 16])
+    parser.add_argument("--backends", nargs="+", default=["eager", "onnxruntime"])
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 16], help="max_batch_size values")
+    parser.add_argument("--delay-us", type=float, default=2000.0, help="max_queue_delay_us when batching")
     args = parser.parse_args()
+    variants = [(backend, batch) for backend in args.backends for batch in args.batch_sizes]
     models = {}
-    for backend, batch in VARIANTS:
-        options = RuntimeOptions(backend=backend, max_batch_size=batch, max_queue_delay_us=2000.0)
+    for backend, batch in variants:
+        options = RuntimeOptions(backend=backend, max_batch_size=batch, max_queue_delay_us=args.delay_us)
         models[backend, batch] = ServedModel.load(
             "engine.zoo.minilm:build", options, handler="engine.zoo.minilm:MiniLMHandler"
         )
     results: dict[tuple[str, int, int], list[dict[str, float]]] = {}
     try:
         for repeat in range(args.repeats):
-            order = VARIANTS if repeat % 2 == 0 else VARIANTS[::-1]
+            order = variants if repeat % 2 == 0 else variants[::-1]
             for clients in args.clients:
                 for key in order:
                     run = asyncio.run(drive(models[key], clients, args.seconds))
