@@ -5,12 +5,14 @@ from __future__ import annotations
 from engine.backends.base import Runtime
 from engine.backends.eager import EagerRuntime
 from engine.backends.onnxruntime import OnnxRuntime
+from engine.backends.static import StaticRuntime
 from engine.backends.torchscript import TorchScriptRuntime
 
 BACKENDS: dict[str, type[Runtime]] = {
     "eager": EagerRuntime,
     "onnxruntime": OnnxRuntime,
     "torchscript": TorchScriptRuntime,
+    "static": StaticRuntime,
 }
 
 __all__ = ["BACKENDS", "Runtime"]
