@@ -6,6 +6,8 @@ from pydantic.dataclasses import dataclass
 
 from engine.dispatch import DISPATCH_MODES
 
+AOTI_INTERFACES = ("minimal_arrayref", "loader")  # keys of engine.backends.aoti_runners.INTERFACES
+
 
 @dataclass(frozen=True)
 class RuntimeOptions:
@@ -145,6 +147,14 @@ class RuntimeOptions:
             "preferred_batch_sizes": (
                 all(1 <= size <= self.max_batch_size for size in self.preferred_batch_sizes),
                 f"use sizes between 1 and max_batch_size ({self.max_batch_size}), or () for none",
+            ),
+            "compiled_batch_sizes": (
+                all(size >= 1 for size in self.compiled_batch_sizes),
+                "use positive batch sizes, e.g. (1, 8, 32), or () for 1, max_batch_size and preferred_batch_sizes",
+            ),
+            "aoti_interface": (
+                self.aoti_interface in AOTI_INTERFACES,
+                f"use one of {AOTI_INTERFACES} ('minimal_arrayref' releases the GIL, 'loader' is PyTorch's own)",
             ),
         }
         if self.auto_backends:  # imported only when needed: the backends import this module

@@ -19,6 +19,7 @@ from config import Settings, load_settings
 from engine import ConfigError
 from engine.threads import plan_threads
 from service.bench_command import bench_main
+from service.compile_command import compile_main
 from service.host import plans
 from service.logs import configure_logging
 
@@ -100,6 +101,7 @@ def app_from_parent() -> object:
 # name -> (entry point taking the arguments after the name, one-line summary for the usage text)
 COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "serve": (serve, "start the HTTP server (--help lists every setting)"),
+    "compile": (compile_main, "compile models with AOTInductor ahead of time, into the cache serve reads"),
     "bench": (bench_main, "time the bare model call vs the HTTP round trip on this machine (server overhead)"),
 }
 

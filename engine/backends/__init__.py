@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from engine.backends.aoti import AotiRuntime
 from engine.backends.base import Runtime
 from engine.backends.eager import EagerRuntime
 from engine.backends.onnxruntime import OnnxRuntime
@@ -12,6 +13,7 @@ BACKENDS: dict[str, type[Runtime]] = {
     "eager": EagerRuntime,
     "onnxruntime": OnnxRuntime,
     "torchscript": TorchScriptRuntime,
+    "aoti": AotiRuntime,
     "static": StaticRuntime,
 }
 

@@ -1,0 +1,145 @@
+"""AOTInductor: the model compiled ahead of time to a C++ library per batch size.
+
+``compile`` finds (or compiles and caches, see engine.backends.aoti_compile) one package per
+compiled batch size, loads each once (engine.backends.aoti_runners: weights once per
+package, however many runtimes) and checks each against eager on the example inputs, so that a
+corrupt, truncated or mismatched package is a ModelLoadError at load, never a wrong answer.
+
+Shapes are static. A request of n rows runs on the smallest compiled size >= n: its rows are
+copied into a zero-padded buffer the runtime owns, and the padding rows' outputs are dropped.
+An exact fit is passed without a copy. More rows than the largest size run in chunks of the
+largest (the last chunk routed like any request). A compiled package is never called with a
+shape it was not compiled for: a fixed-shape package called with another batch size reads or
+writes the wrong number of rows without complaint.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from engine.backends.aoti_compile import Package, ensure_packages, examples_at, static_shape
+from engine.backends.aoti_runners import INTERFACES, Caller, Shared
+from engine.backends.base import Runtime
+from engine.errors import ConfigError, InvalidInput, ModelLoadError
+from engine.module import InferenceModule, flatten_outputs
+from engine.options import RuntimeOptions
+from engine.schema import Array
+from engine.threads import usable_cpus
+
+# Inductor's frozen, pre-packed kernels round differently from eager's.
+RTOL, ATOL = 1e-3, 1e-4
+
+
+@dataclass(frozen=True)
+class AotiArtifact:
+    """Every compiled batch size's loaded package, shared by all runtimes of one model."""
+
+    sizes: tuple[int, ...]
+    shared: Mapping[int, Shared]
+    packages: Mapping[int, Package]
+
+
+def _fix(package: Package) -> str:
+    return f"delete {package.path} and start again (or run `inferpool compile` again) to rebuild it"
+
+
+def _load(module: InferenceModule, options: RuntimeOptions, package: Package) -> Shared:
+    runners = options.num_runtimes or usable_cpus()
+    try:
+        return INTERFACES[options.aoti_interface](package.path, package.batch_size, module.schema, runners)
+    except Exception as exc:  # zip, ELF, missing symbol, torch loader errors: all mean a bad file
+        raise ModelLoadError(f"cannot load AOTInductor package {package.path}: {exc}; {_fix(package)}") from exc
+
+
+def _check_parity(module: InferenceModule, package: Package, caller: Caller) -> None:
+    inputs = examples_at(module, package.batch_size)
+    try:
+        got = caller(list(inputs.values()))
+    except Exception as exc:
+        raise ModelLoadError(
+            f"AOTInductor package {package.path} fails on {module.name!r}'s example inputs: {exc}; {_fix(package)}"
+        ) from exc
+    with torch.inference_mode():
+        want = flatten_outputs(module.module(*(torch.from_numpy(a) for a in inputs.values())))
+    for spec, ours, theirs in zip(module.schema.outputs, got, want, strict=True):
+        expected = theirs.numpy()
+        same = ours.shape == expected.shape and ours.dtype == expected.dtype
+        if same:
+            same = bool(
+                np.allclose(ours, expected, rtol=RTOL, atol=ATOL)
+                if ours.dtype.kind == "f"
+                else (ours == expected).all()
+            )
+        if not same:
+            raise ModelLoadError(
+                f"AOTInductor package {package.path} disagrees with the eager model {module.name!r} on output "
+                f"{spec.name!r} (a package of another model or batch size?); {_fix(package)}"
+            )
+
+
+class AotiRuntime(Runtime):
+    """One runtime: its own caller per compiled batch size and its own padded input buffers."""
+
+    def __init__(self, module: InferenceModule, options: RuntimeOptions, compiled: Any = None) -> None:
+        if not isinstance(compiled, AotiArtifact):
+            # Loading packages here would give each runtime its own weights.
+            raise TypeError("AotiRuntime needs the shared packages: pass compiled=AotiRuntime.compile(module, options)")
+        super().__init__(module, options, compiled)
+        self._sizes = compiled.sizes
+        self._names = tuple(s.name for s in module.schema.inputs)
+        self._callers = {size: shared.caller() for size, shared in compiled.shared.items()}
+        self._buffers = {
+            size: [np.zeros(static_shape(s, size), s.dtype) for s in module.schema.inputs] for size in self._sizes
+        }
+        self._outputs = tuple(s.name for s in module.schema.outputs)
+
+    @classmethod
+    def compile(cls, module: InferenceModule, options: RuntimeOptions) -> AotiArtifact:
+        if options.aoti_interface not in INTERFACES:
+            raise ConfigError(f"aoti_interface {options.aoti_interface!r} is unknown; use one of {sorted(INTERFACES)}")
+        packages = {p.batch_size: p for p in ensure_packages(module, options)}
+        shared = {size: _load(module, options, package) for size, package in packages.items()}
+        for size, package in packages.items():
+            _check_parity(module, package, shared[size].caller())
+        return AotiArtifact(tuple(sorted(packages)), shared, packages)
+
+    def route(self, rows: int) -> list[tuple[int, int, int]]:
+        """(start, stop, compiled size) per call for a request of ``rows`` rows."""
+        largest = self._sizes[-1]
+        calls, start = [], 0
+        while rows - start > largest:
+            calls.append((start, start + largest, largest))
+            start += largest
+        calls.append((start, rows, self._sizes[bisect.bisect_left(self._sizes, rows - start)]))
+        return calls
+
+    def run(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
+        arrays = [inputs[name] for name in self._names]
+        rows = arrays[0].shape[0]
+        parts = [self._run_at(size, [a[start:stop] for a in arrays]) for start, stop, size in self.route(rows)]
+        self.calls += 1
+        outputs = parts[0] if len(parts) == 1 else [np.concatenate(chunk) for chunk in zip(*parts, strict=True)]
+        return dict(zip(self._outputs, outputs, strict=True))
+
+    def _run_at(self, size: int, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        rows = arrays[0].shape[0]
+        buffers = self._buffers[size]
+        for array, buffer in zip(arrays, buffers, strict=True):
+            if array.shape[1:] != buffer.shape[1:] or array.dtype != buffer.dtype or array.shape[0] != rows:
+                raise InvalidInput(
+                    f"input of shape {list(array.shape)} {array.dtype} does not fit the compiled "
+                    f"[{size}, {', '.join(map(str, buffer.shape[1:]))}] {buffer.dtype}"
+                )
+        exact = rows == size and all(a.flags.c_contiguous for a in arrays)
+        if not exact:
+            for array, buffer in zip(arrays, buffers, strict=True):
+                buffer[:rows] = array
+                buffer[rows:] = 0
+        outputs = self._callers[size](arrays if exact else buffers)
+        return outputs if rows == size else [o[:rows] for o in outputs]

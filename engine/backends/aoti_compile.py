@@ -1,0 +1,162 @@
+"""Export a model at fixed batch sizes and compile each to an AOTInductor ``.pt2`` package,
+cached by content hash (engine.compile_cache) so that a restart finds it instead of recompiling.
+
+AOTInductor packages have static shapes here: one package per compiled batch size, each
+exported with that batch baked in (engine.backends.aoti routes requests to them). The cache
+key covers the exported graph and every weight's bytes, the batch size, the interface and its
+inductor configs, and the machine (torch version, ISA): change any and the key changes.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from engine.compile_cache import cache_dir, content_key, write_atomically
+from engine.errors import ModelLoadError
+from engine.module import InferenceModule
+from engine.options import RuntimeOptions
+from engine.schema import TensorSpec
+from engine.sources import load_model
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str], None]
+
+# Freezing turns weights into constants that inductor can pre-pack (mkldnn linear/conv).
+# The minimal ArrayRef interface needs BOTH flags: with only use_minimal_arrayref_interface
+# the generated wrapper is unchanged and the V2 entry point is missing.
+INDUCTOR_CONFIGS: dict[str, dict[str, object]] = {
+    "minimal_arrayref": {
+        "freezing": True,
+        "aot_inductor.use_minimal_arrayref_interface": True,
+        "aot_inductor.allow_stack_allocation": True,
+    },
+    "loader": {"freezing": True},
+}
+
+
+@dataclass(frozen=True)
+class Package:
+    """One compiled batch size: where its package is and whether this call compiled it."""
+
+    batch_size: int
+    path: Path
+    compile_seconds: float | None = None
+    """Seconds spent compiling it now; None when it came from the cache."""
+
+
+def compiled_batch_sizes(options: RuntimeOptions) -> tuple[int, ...]:
+    sizes = options.compiled_batch_sizes or (1, options.max_batch_size, *options.preferred_batch_sizes)
+    return tuple(sorted(set(sizes)))
+
+
+def check_static(module: InferenceModule) -> None:
+    """Fixed-shape packages need a batch dimension and no other dynamic dimension."""
+    for spec in module.schema.inputs + module.schema.outputs:
+        if not spec.batched:
+            raise ModelLoadError(
+                f"backend 'aoti' compiles {module.name!r} per batch size, but {spec.name!r} has no batch "
+                "dimension; use backend 'eager' or 'onnxruntime'"
+            )
+        if None in spec.sample_shape:
+            raise ModelLoadError(
+                f"backend 'aoti' compiles static shapes, but {spec.name!r} of {module.name!r} has a dynamic "
+                f"non-batch dimension {spec.describe()} (e.g. a sequence length); use backend 'eager' or "
+                "'onnxruntime' for this model"
+            )
+
+
+def static_shape(spec: TensorSpec, batch: int) -> tuple[int, ...]:
+    """``spec``'s shape at ``batch`` rows (check_static has ruled out other dynamic dims)."""
+    return (batch, *(d for d in spec.sample_shape if d is not None))
+
+
+def examples_at(module: InferenceModule, batch: int) -> dict[str, np.ndarray]:
+    """The example inputs repeated (or cut) to ``batch`` rows."""
+    out = {}
+    for name, example in module.example_inputs.items():
+        repeats = -(-batch // example.shape[0])
+        out[name] = np.ascontiguousarray(np.concatenate([example] * repeats)[:batch])
+    return out
+
+
+def export_at(module: InferenceModule, batch: int) -> torch.export.ExportedProgram:
+    args = tuple(torch.from_numpy(a) for a in examples_at(module, batch).values())
+    try:
+        return torch.export.export(module.module, args)
+    except Exception as exc:
+        raise ModelLoadError(
+            f"cannot torch.export {module.name!r} at batch {batch}: {exc}; use backend 'eager'"
+        ) from exc
+
+
+def _tensor_parts(program: torch.export.ExportedProgram) -> Iterator[bytes | str]:
+    values = {**program.state_dict, **program.constants}
+    for name in sorted(values):
+        value = values[name]
+        if isinstance(value, torch.Tensor):
+            flat = value.detach().contiguous().reshape(-1)
+            yield f"{name}:{value.dtype}:{tuple(value.shape)}"
+            yield flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
+        else:
+            yield f"{name}:{value!r}"
+
+
+def program_key(program: torch.export.ExportedProgram, batch: int, interface: str) -> str:
+    configs = sorted(INDUCTOR_CONFIGS[interface].items())
+    return content_key([str(program.graph), str(batch), interface, repr(configs), *_tensor_parts(program)])
+
+
+def package_path(directory: Path, name: str, batch: int, key: str) -> Path:
+    return directory / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', name)}-b{batch}-{key}.pt2"
+
+
+def compile_package(program: torch.export.ExportedProgram, path: Path, *, interface: str) -> None:
+    """The expensive step (tens of seconds): inductor codegen and a C++ compile."""
+    with torch.no_grad():
+        torch._inductor.aoti_compile_and_package(
+            program, package_path=str(path), inductor_configs=dict(INDUCTOR_CONFIGS[interface])
+        )
+
+
+def ensure_packages(module: InferenceModule, options: RuntimeOptions, progress: Progress = log.info) -> list[Package]:
+    """A package per compiled batch size: from the cache, or compiled now and cached."""
+    check_static(module)
+    directory = cache_dir(options.compile_cache_dir)
+    interface = options.aoti_interface
+    packages = []
+    for batch in compiled_batch_sizes(options):
+        program = export_at(module, batch)
+        path = package_path(directory, module.name, batch, program_key(program, batch, interface))
+        if path.is_file():
+            progress(f"{module.name!r} batch {batch}: cached {path}")
+            packages.append(Package(batch, path))
+            continue
+        progress(f"{module.name!r} batch {batch}: compiling with AOTInductor ({interface}); takes 15-60 s ...")
+        started = time.perf_counter()
+        try:
+            write_atomically(path, partial(compile_package, program, interface=interface))
+        except Exception as exc:
+            raise ModelLoadError(
+                f"AOTInductor cannot compile {module.name!r} at batch {batch}: {exc}; use backend 'eager' or "
+                "'onnxruntime'"
+            ) from exc
+        seconds = time.perf_counter() - started
+        progress(f"{module.name!r} batch {batch}: compiled in {seconds:.1f} s -> {path}")
+        packages.append(Package(batch, path, seconds))
+    return packages
+
+
+def compile_model(source: str, options: RuntimeOptions, progress: Progress = log.info) -> list[Package]:
+    """``inferpool compile``: load the model from ``source`` and make sure its packages exist."""
+    progress(f"loading {source}")
+    return ensure_packages(InferenceModule.from_spec(load_model(source)), options, progress)
