@@ -109,19 +109,29 @@ class RuntimeOptions:
     goes back to the pool; off = fresh output tensors each call."""
 
     compiled_batch_sizes: tuple[int, ...] = ()
-    """``aoti`` backend: the batch sizes to compile (AOTInductor packages have static shapes).
-    A request is routed to the smallest compiled size that holds it (padded) or split into
-    chunks of the largest; () = 1, ``max_batch_size`` and ``preferred_batch_sizes``."""
+    """``aoti`` backend: the batch sizes to compile (AOTInductor packages have static shapes:
+    one package per size, each 15-60 s to compile on first start, then loaded from
+    ``compile_cache_dir``). A request runs on the smallest compiled size that holds it (its
+    rows copied into a zero-padded buffer; an exact fit is passed without a copy) or is split
+    into chunks of the largest; it never runs at a shape that was not compiled. Padding costs
+    the padded rows' compute, so list the sizes your traffic has; () = 1, ``max_batch_size``
+    and ``preferred_batch_sizes`` (which is what batching produces)."""
 
     aoti_interface: str = "minimal_arrayref"
     """``aoti`` backend: ``minimal_arrayref`` calls the compiled library's C ABI through ctypes
-    with zero-copy views (releases the GIL for the whole call), ``loader`` uses PyTorch's
-    package loader (holds the GIL; for models the minimal interface cannot compile)."""
+    on the request's arrays (no tensor wrapping), releasing the GIL for the whole call, so
+    runtimes on several threads run in parallel; weights are loaded once per compiled size and
+    shared by every runtime's model instance. ``loader`` runs PyTorch's package loader with one
+    runner per runtime (weights shared too), which holds the GIL during the call; use it when
+    the minimal interface cannot compile the model. Each interface has its own packages."""
 
     compile_cache_dir: str = ""
-    """Where compiled artifacts (AOTInductor packages) are cached by content hash, so that a
-    restart does not recompile; "" = ``$XDG_CACHE_HOME/inferpool`` (``~/.cache/inferpool``).
-    Point it at a volume, or at the directory ``inferpool compile`` wrote, in containers."""
+    """Where compiled artifacts (AOTInductor packages, ``<model>-b<size>-<hash>.pt2``) are
+    cached by a hash of the exported graph, the weights, the options that shape them, torch and
+    the CPU, so that a restart does not recompile; "" = ``$XDG_CACHE_HOME/inferpool``
+    (``~/.cache/inferpool``). Point it at a volume, or at the directory ``inferpool compile``
+    wrote, in containers (built on the CPU type that serves). A corrupt file stops startup
+    with its path: delete it and it is rebuilt."""
 
     auto_backends: tuple[str, ...] = ()
     """``auto`` backend: the backends to try and time at startup; () = every one in
