@@ -77,7 +77,7 @@ def main() -> None:
     module = InferenceModule.from_spec(build())
     options = RuntimeOptions(intra_op_threads=1)
     runtimes: dict[str, list[Runtime]] = {}
-    for name in ("eager", "onnxruntime"):
+    for name in ("eager", "onnxruntime", "torchscript"):
         backend = BACKENDS[name]
         started = time.perf_counter()
         compiled = backend.compile(module, options)

@@ -73,7 +73,8 @@ def _script(module: InferenceModule) -> tuple[torch.jit.ScriptModule, str, list[
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", TracerWarning)
         traced = torch.jit.trace(module.module, examples, check_trace=False)  # type: ignore[no-untyped-call]
-    return traced, "traced", [str(w.message) for w in caught if issubclass(w.category, TracerWarning)]
+    distinct = dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, TracerWarning))
+    return traced, "traced", list(distinct)
 
 
 def _batch(module: InferenceModule, size: int) -> dict[str, Array]:
