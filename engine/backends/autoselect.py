@@ -6,7 +6,8 @@ A candidate that raises anything (ModelLoadError for a model it cannot take, Con
 machine it cannot run on) is skipped, with the reason kept in the table. The survivors are
 timed in interleaved rounds, so that machine noise hits them alike, and the lowest score wins;
 its compiled artifact is what the pool is built from (nothing is compiled twice). Warnings a
-candidate raised while compiling (e.g. a deprecation) are re-raised only if it wins.
+candidate raised while compiling (e.g. torchscript's FutureWarning) are re-raised only if it
+wins, DeprecationWarnings not at all (they are for developers and hidden by default).
 
 Score, in microseconds (lower is better): for a model without a batch dimension, the median
 time of a call on the example inputs. For a batched model, the geometric mean of the median
@@ -119,7 +120,7 @@ def choose(module: InferenceModule, options: RuntimeOptions, backends: Mapping[s
             candidates[name] = _try(module, options, backend, reference, inputs[1])
         except Exception as exc:
             reason = f"{type(exc).__name__}: {exc}"
-            skipped[name] = Trial(name, round(time.perf_counter() - started, 3), error=reason)
+            skipped[name] = Trial(name, round(time.perf_counter() - started, 3), error=_short(reason))
             # Backends refuse models on purpose with engine errors; anything else is a bug to see.
             log.log(logging.INFO if isinstance(exc, EngineError) else logging.WARNING, "auto: skipping %s: %s",
                     name, reason, exc_info=not isinstance(exc, EngineError))  # fmt: skip
@@ -131,7 +132,10 @@ def choose(module: InferenceModule, options: RuntimeOptions, backends: Mapping[s
     table = tuple(trials[name] for name in backends)
     chosen = min(candidates, key=lambda name: trials[name].score_us or math.inf)
     for caught in candidates[chosen].warnings:
-        warnings.warn(caught.message, caught.category, stacklevel=2)
+        # DeprecationWarnings are for developers of the code that raised them (hidden by
+        # default); FutureWarning & co are for whoever serves the model, so they are passed on.
+        if not issubclass(caught.category, (DeprecationWarning, PendingDeprecationWarning)):
+            warnings.warn_explicit(caught.message, caught.category, caught.filename, caught.lineno)
     log.info("auto: model %r is served by %r\n%s", module.name, chosen, format_table(table))
     winner = candidates[chosen]
     return BackendChoice(chosen, winner.backend, winner.compiled, AUTO, table)
@@ -162,6 +166,13 @@ def _try(
         if not same:
             raise ModelLoadError(f"its output {name!r} disagrees with eager PyTorch on the example inputs")
     return _Candidate(backend, compiled, runtime, seconds, list(caught))
+
+
+def _short(reason: str, limit: int = 300) -> str:
+    """The reason's first line, capped: the table is for reading (exporters' messages run to
+    pages); the log has it whole."""
+    line = reason.strip().splitlines()[0]
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def _timing_inputs(module: InferenceModule, options: RuntimeOptions) -> dict[int, dict[str, Array]]:
