@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import statistics
 import time
 import warnings
@@ -49,6 +50,7 @@ ROUND_SECONDS = 0.02
 short enough that timing stays well under a second per candidate."""
 MAX_CALLS = 200
 RTOL, ATOL = 1e-3, 1e-5  # as loose as the loosest backend's own parity check (onnxruntime)
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 SCORE = "us; batched models: geometric mean of batch-1 us/call and batch-N us/sample; else us/call"
 
 
@@ -171,7 +173,7 @@ def _try(
 def _short(reason: str, limit: int = 300) -> str:
     """The reason's first line, capped: the table is for reading (exporters' messages run to
     pages); the log has it whole."""
-    line = reason.strip().splitlines()[0]
+    line = _ANSI.sub("", reason).strip().splitlines()[0]  # exporters colour their messages
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
