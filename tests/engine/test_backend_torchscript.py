@@ -4,6 +4,7 @@ import asyncio
 import json
 import logging
 import threading
+import warnings
 
 import numpy as np
 import pytest
@@ -182,3 +183,19 @@ def test_truncated_or_corrupt_archive_is_a_clear_load_error(digits_ts, keep):
     digits_ts.write_bytes(data[: int(len(data) * keep)] or b"not an archive")
     with pytest.raises(ModelLoadError, match=r"cannot load TorchScript archive .*truncated, corrupt or not written"):
         load_model(str(digits_ts))
+
+
+def test_auto_serves_a_legacy_archive_with_a_backend_that_can_run_it(digits_ts, images, reference):
+    options = RuntimeOptions(backend="auto", auto_backends=("eager", "torchscript"), num_runtimes=1, warmup_iters=1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = ServedModel.load(str(digits_ts), options)
+    try:
+        chosen = model.describe()["backend"]
+        assert [t.backend for t in model.selection.trials if t.error is None] == ["eager", "torchscript"]
+        answer = asyncio.run(model.infer({"image": images[:5].tolist()}))
+    finally:
+        model.close()
+    check_digits(answer.outputs, images[:5], reference)
+    deprecations = [w for w in caught if issubclass(w.category, FutureWarning)]
+    assert len(deprecations) == (chosen == "torchscript")  # only the winner's warning is passed on
