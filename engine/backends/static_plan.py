@@ -24,6 +24,7 @@ import sympy  # type: ignore[import-untyped]  # torch's own dependency, untyped
 import torch
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
+from engine.backends.static_ops import INPLACE, PREFERRED, first_matching, out_candidates, public
 from engine.errors import ModelLoadError
 from engine.module import InferenceModule
 from engine.schema import Array
@@ -35,19 +36,6 @@ _DROPPED = {
     aten._assert_scalar.default,
     aten.sym_constrain_range_for_size.default,
 }
-# Where the public, fast Python bindings of aten functions live (the C++ arg parser, not
-# OpOverload.__call__'s Python frames: ~3 us less per call).
-_BINDINGS = tuple(getattr(torch._C, name) for name in ("_VariableFunctions", "_nn", "_special", "_linalg", "_fft"))
-# Elementwise unary ops whose result may overwrite their input when nobody reads it later.
-_INPLACE: dict[Any, Callable[..., Any]] = {
-    aten.relu.default: torch.relu_,
-    aten.sigmoid.default: torch.sigmoid_,
-    aten.tanh.default: torch.tanh_,
-    aten.gelu.default: getattr(torch._C._nn, "gelu_"),  # noqa: B009 -- missing from torch's stubs
-    aten.silu.default: torch._C._nn.silu_,
-}
-# Ops whose public binding is not named after the op.
-_FAST: dict[Any, Callable[..., Any]] = {aten.sym_size.int: torch.Tensor.size, operator.getitem: operator.getitem}
 
 
 @dataclass(frozen=True)
@@ -236,7 +224,8 @@ def _plan_node(
         raise ModelLoadError(
             f"backend 'static': {op} failed on the example inputs ({exc}); use backend 'eager'"
         ) from exc
-    fn = _first_matching(reference, [_public(op)], real_args, real_kwargs) or op
+    candidates = [PREFERRED.get(op), public(op)]
+    fn = first_matching(reference, candidates, real_args, real_kwargs) or op
     aliased = schema is not None and any(r.alias_info is not None for r in schema.returns)
     alias_of = next(_regs(args[:1]), None) if aliased else _alias_base(op, args, earlier)
     meta = node.meta.get("val")
@@ -244,7 +233,7 @@ def _plan_node(
     # A size that depends on the data (an unbacked symbol) cannot be planned ahead.
     plannable = isinstance(meta, torch.Tensor) and not free_unbacked_symbols(meta)
     if plannable and not aliased and isinstance(reference, torch.Tensor):
-        out_fn = _first_matching(reference, _out_candidates(op), real_args, real_kwargs, out=True)
+        out_fn = first_matching(reference, out_candidates(op), real_args, real_kwargs, out=True)
     register = new_register(node.name, reference)
     shape = (
         tuple(d.node.expr if isinstance(d, torch.SymInt) else d for d in meta.shape)
@@ -274,49 +263,6 @@ def _alias_base(op: Any, args: tuple[Any, ...], earlier: list[PlanNode]) -> int 
     return None
 
 
-def _public(op: Any) -> Callable[..., Any] | None:
-    if op in _FAST:
-        return _FAST[op]
-    name = getattr(op, "_opname", None)
-    if name is None or getattr(op, "namespace", None) != "aten":
-        return None
-    return next((getattr(b, name) for b in _BINDINGS if hasattr(b, name)), getattr(torch.Tensor, name, None))
-
-
-def _out_candidates(op: Any) -> list[Callable[..., Any] | None]:
-    packet = getattr(torch.ops.aten, getattr(op, "_opname", ""), None)
-    overload = getattr(op, "_overloadname", None)
-    if packet is None or overload is None:
-        return []
-    out_name = "out" if overload == "default" else f"{overload}_out"
-    out_op = getattr(packet, out_name, None) if out_name in packet.overloads() else None
-    return [_public(op), out_op]
-
-
-def _first_matching(
-    reference: Any, candidates: list[Callable[..., Any] | None], args: Any, kwargs: dict[str, Any], out: bool = False
-) -> Callable[..., Any] | None:
-    for candidate in candidates:
-        if candidate is None:
-            continue
-        extra = {"out": torch.empty_like(reference, memory_format=torch.contiguous_format)} if out else {}
-        try:
-            got = candidate(*args, **kwargs, **extra)
-        except Exception:  # noqa: BLE001 -- a candidate that does not fit is simply not used
-            continue
-        if _same(reference, extra.get("out", got)):
-            return candidate
-    return None
-
-
-def _same(a: Any, b: Any) -> bool:
-    if isinstance(a, torch.Tensor):
-        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape and bool(torch.equal(a, b))
-    if isinstance(a, list | tuple):
-        return isinstance(b, list | tuple) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
-    return type(a) is type(b) and bool(a == b)
-
-
 def _fuse_inplace(plan: Plan, values: list[Any]) -> Plan:
     """Let an elementwise op overwrite its input when that input is a fresh intermediate nobody
     reads afterwards (linear -> relu_): one allocation (or buffer) less, no extra copy."""
@@ -329,7 +275,7 @@ def _fuse_inplace(plan: Plan, values: list[Any]) -> Plan:
             readers.setdefault(reg, []).append(i)
     nodes = list(plan.nodes)
     for i, node in enumerate(nodes):
-        inplace = _INPLACE.get(node.op)
+        inplace = INPLACE.get(node.op)
         source = node.args[0] if node.args else None
         if inplace is None or not isinstance(source, Reg) or source.index not in produced:
             continue
@@ -337,7 +283,7 @@ def _fuse_inplace(plan: Plan, values: list[Any]) -> Plan:
         if not fresh or readers[source.index] != [i] or source.index in escaping:
             continue
         trial = values[source.index].clone()
-        if _first_matching(values[node.out], [inplace], (trial, *concrete(node.args[1:], values)), {}) is None:
+        if first_matching(values[node.out], [inplace], (trial, *concrete(node.args[1:], values)), {}) is None:
             continue
         nodes[i] = PlanNode(node.name, node.op, node.fn, node.args, node.kwargs, node.out, inplace_fn=inplace,
                             alias_of=source.index)  # fmt: skip

@@ -1,0 +1,103 @@
+"""The ``static`` backend against eager, ONNX Runtime and TorchScript's Static Runtime, and the
+effect of each of its options, on the MLP and the digits CNN at batch 1 and 32.
+
+    python -m loadtest.bench_static [--rounds N] [--calls N]
+
+One process, one intra-op thread, every row interleaved round by round (the machine is noisy:
+ratios within a round are what to read). Per row: median microseconds per ``runtime.run`` over
+all calls, the range of the per-round medians, and the median over rounds of (row / eager in
+the same round). Targets (issue #3): static <= 0.7x eager at batch 1 on both models.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from engine import BACKENDS, InferenceModule, RuntimeOptions
+from engine.backends import Runtime
+from engine.backends.static import StaticRuntime
+from engine.threads import ThreadPlan, apply_thread_plan
+from engine.zoo import digits, mlp
+from loadtest.bench_backends import latencies, span
+
+MODELS: dict[str, Callable[[], Any]] = {"mlp": mlp.build, "digits": digits.build}
+BATCHES = (1, 32)
+# Row -> (backend, option overrides, static executor). Defaults: out variants on, memory
+# sharing on, cleanup on, managed outputs off (engine/options.py).
+ROWS: dict[str, tuple[str, dict[str, Any], str]] = {
+    "eager": ("eager", {}, ""),
+    "onnxruntime": ("onnxruntime", {}, ""),
+    "torchscript": ("torchscript", {}, ""),
+    "static": ("static", {}, "codegen"),
+    "static, loop executor": ("static", {}, "loop"),
+    "static, out_variant off": ("static", {"enable_out_variant": False}, "codegen"),
+    "static, optimize_memory off": ("static", {"optimize_memory": False}, "codegen"),
+    "static, cleanup off": ("static", {"cleanup_activations": False}, "codegen"),
+    "static, managed outputs": ("static", {"manage_output_tensors": True}, "codegen"),
+}
+
+
+def build_runtimes(module: InferenceModule) -> dict[str, Runtime]:
+    compiled: dict[str, Any] = {}
+    runtimes: dict[str, Runtime] = {}
+    for row, (backend, overrides, executor) in ROWS.items():
+        if backend not in BACKENDS:
+            continue  # another agent's backend not in this tree
+        options = RuntimeOptions(backend=backend, intra_op_threads=1, **overrides)
+        if backend not in compiled:
+            compiled[backend] = BACKENDS[backend].compile(module, options)
+        if backend == "static":
+            runtimes[row] = StaticRuntime(module, options, compiled[backend], executor=executor)
+        else:
+            runtimes[row] = BACKENDS[backend](module, options, compiled[backend])
+        runtimes[row].warmup()
+    return runtimes
+
+
+def slab_bytes(runtime: Runtime) -> str:
+    if not isinstance(runtime, StaticRuntime) or not runtime.buffer_sets:
+        return ""
+    return f"{max(b.nbytes for b in runtime.buffer_sets.values()) / 1024:.0f} KiB"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--calls", type=int, default=300, help="calls per row per round (batch 32 runs 1/4)")
+    args = parser.parse_args()
+    apply_thread_plan(ThreadPlan(cpus=2, runtimes=2, intra_op_threads=1))
+    torch.set_num_threads(1)
+    rng = np.random.default_rng(0)
+    print(f"{args.rounds} rounds interleaved; 1 intra-op thread; median us/call (range of round medians); x eager")
+    print(f"{'model':7} {'row':28} {'batch':>5} {'us/call':>9} {'(rounds)':>15} {'x eager':>8} {'slab':>9}")
+    for model_name, build in MODELS.items():
+        module = InferenceModule.from_spec(build())
+        runtimes = build_runtimes(module)
+        shape = tuple(d or 1 for d in module.schema.inputs[0].shape[1:])  # both models: fixed sample shape
+        inputs = {b: {module.schema.inputs[0].name: rng.integers(0, 17, size=(b, *shape)).astype(np.float32)}
+                  for b in BATCHES}  # fmt: skip
+        keys = [(row, b) for b in BATCHES for row in runtimes]
+        samples: dict[tuple[str, int], list[float]] = {k: [] for k in keys}
+        medians: dict[tuple[str, int], list[float]] = {k: [] for k in keys}
+        for _ in range(args.rounds):
+            for row, b in keys:
+                times = latencies(runtimes[row], inputs[b], args.calls if b == 1 else max(1, args.calls // 4))
+                samples[row, b] += times
+                medians[row, b].append(statistics.median(times))
+        for row, b in keys:
+            ratio = statistics.median(m / e for m, e in zip(medians[row, b], medians["eager", b], strict=True))
+            us = [m * 1e6 for m in medians[row, b]]
+            print(
+                f"{model_name:7} {row:28} {b:5d} {statistics.median(samples[row, b]) * 1e6:9.1f} {span(us, 1):>15} "
+                f"{ratio:8.2f} {slab_bytes(runtimes[row]):>9}"
+            )
+
+
+if __name__ == "__main__":
+    main()
