@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +30,7 @@ LATENCY_BUCKETS = (
 FAST_BUCKETS = (0.000005, 0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.01, 0.1, 1.0)
 # With several processes, the gauges of processes that do not answer a scrape lag by this much.
 REFRESH_SECONDS = 0.25
+SERVER_TIMING = "decode;dur=%.3f, queue;dur=%.3f, batch;dur=%.3f, inference;dur=%.3f, encode;dur=%.3f, total;dur=%.3f"
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 # Refusals that protect the service (the client should retry elsewhere or later), as opposed
 # to failures (the request itself or the model is at fault).
@@ -85,6 +87,9 @@ class Metrics:
             "inferpool_worker_replacements", "Worker threads restarted after one died.", ["model"], registry=r
         )
         self._seen_replacements: dict[tuple[str, str], int] = {}
+        # Labelled children looked up once: labels() takes a lock and builds a key each time,
+        # ~2 µs, nine times a request. Keys are bounded: configured models, route templates x statuses.
+        self._children: dict[tuple[str, ...], tuple[Any, ...]] = {}
         self._refreshed: dict[str, float] = {}
         self.in_flight = gauge("inferpool_inflight_requests", "Requests accepted and not yet answered.")
         self.queue_depth = gauge("inferpool_queue_depth", "Accepted requests waiting for a runtime.")
@@ -130,23 +135,40 @@ class Metrics:
             counter.labels(model).inc(delta)
             self._seen_replacements[key] = total
 
+    def _labelled(self, key: tuple[str, ...], make: Callable[[], tuple[Any, ...]]) -> tuple[Any, ...]:
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = make()
+        return found
+
     def observe_request(self, route: str, status: int, seconds: float, inference: Inference | None) -> None:
         with _Guard("request"):
-            self.requests.labels(route, str(status)).inc()
-            self.request_seconds.labels(route).observe(seconds)
+            count, duration = self._labelled(
+                ("request", route, str(status)),
+                lambda: (self.requests.labels(route, str(status)), self.request_seconds.labels(route)),
+            )
+            count.inc()
+            duration.observe(seconds)
             if inference is not None:
-                self.overhead_seconds.labels(inference.model).observe(seconds - inference.compute_seconds)
+                self._model_children(inference.model)[-1].observe(seconds - inference.compute_seconds)
+
+    def _model_children(self, model: str) -> tuple[Any, ...]:
+        histograms = (
+            self.decode_seconds, self.queue_seconds, self.batch_seconds, self.compute_seconds,
+            self.encode_seconds, self.batch_size, self.overhead_seconds,
+        )  # fmt: skip
+        return self._labelled(("model", model), lambda: tuple(h.labels(model) for h in histograms))
 
     def observe_inference(self, inference: Inference) -> None:
         with _Guard("inference"):
-            model = inference.model
-            self.decode_seconds.labels(model).observe(inference.decode_seconds)
-            self.queue_seconds.labels(model).observe(inference.queue_seconds)
+            decode, queue, batch, compute, encode, size, _ = self._model_children(inference.model)
+            decode.observe(inference.decode_seconds)
+            queue.observe(inference.queue_seconds)
             if inference.batch_size > 1 or inference.batch_seconds:
-                self.batch_seconds.labels(model).observe(inference.batch_seconds)
-            self.compute_seconds.labels(model).observe(inference.compute_seconds)
-            self.encode_seconds.labels(model).observe(inference.encode_seconds)
-            self.batch_size.labels(model).observe(inference.batch_size)
+                batch.observe(inference.batch_seconds)
+            compute.observe(inference.compute_seconds)
+            encode.observe(inference.encode_seconds)
+            size.observe(inference.batch_size)
 
     def observe_error(self, reason: str) -> None:
         with _Guard("error"):
@@ -175,15 +197,11 @@ class Inference:
 
     def server_timing(self, total_seconds: float) -> str:
         """The ``Server-Timing`` header value (milliseconds, as the standard has it)."""
-        phases = (
-            ("decode", self.decode_seconds),
-            ("queue", self.queue_seconds),
-            ("batch", self.batch_seconds),
-            ("inference", self.compute_seconds),
-            ("encode", self.encode_seconds),
-            ("total", total_seconds),
-        )
-        return ", ".join(f"{name};dur={seconds * 1e3:.3f}" for name, seconds in phases)
+        # One format string: a join over a generator of f-strings measured ~5x the cost, ~10 µs a request.
+        return SERVER_TIMING % (
+            self.decode_seconds * 1e3, self.queue_seconds * 1e3, self.batch_seconds * 1e3,
+            self.compute_seconds * 1e3, self.encode_seconds * 1e3, total_seconds * 1e3,
+        )  # fmt: skip
 
 
 class _Guard:
