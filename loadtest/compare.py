@@ -1,15 +1,22 @@
 """InferPool side by side with the alternatives: same model, same weights, same load, one run.
 
     python -m loadtest.compare [--duration 6 --warmup 2] [--concurrency 1,8,64] [--pin]
+                               [--generator python|wrk] [--rounds N]
                                [--only NAME,...] [--litserve-python /tmp/venv-litserve/bin/python]
                                [--out DIR]
 
 Each variant serves ``engine.zoo.digits:build`` on a free 127.0.0.1 port and gets the same
-closed-loop sweep from ``loadtest.openloop`` (one JSON digit per ``POST /predict`` unless the
-variant says otherwise): InferPool eager, eager + dynamic batching (8), onnxruntime, onnxruntime
-with v2 binary tensors, ``--workers 2``; the FastAPI baseline (``loadtest.peers.fastapi_baseline``);
-LitServe 1 and 2 workers (``loadtest.peers.litserve_digits``) when ``--litserve-python`` points
-at a venv that has ``litserve`` and torch. Variants start one at a time (never two servers at once).
+closed-loop sweep (one JSON digit per ``POST /predict`` unless the variant says otherwise), from
+``loadtest.openloop`` or, with ``--generator wrk``, from Debian's wrk (``loadtest.wrk``: a
+fraction of the client CPU per request): InferPool eager, eager + dynamic batching (8),
+onnxruntime, onnxruntime with v2 binary tensors, onnxruntime with inline dispatch, ``--workers 2``
+(eager and onnxruntime), one variant for each further backend in ``engine.BACKENDS``; the FastAPI
+baseline (``loadtest.peers.fastapi_baseline``); LitServe 1 and 2 workers
+(``loadtest.peers.litserve_digits``) when ``--litserve-python`` points at a venv that has
+``litserve`` and torch (create it as that file's docstring says). Variants start one at a time
+(never two servers at once); ``--rounds N`` repeats the list N times, alternating its order, and
+each table cell shows the round with the best throughput (``--pick median`` for the median);
+``all_runs.json`` keeps every round, and ``--tables-from all_runs.json`` redraws from it.
 
 Reported per concurrency: achieved req/s, p50/p99 ms; per variant: the largest RSS of the whole
 server process tree seen after each run (sum of VmRSS, /proc), the server's CPU (cores) and the
@@ -33,9 +40,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loadtest import openloop
+from engine import BACKENDS
+from loadtest import openloop, wrk
 from loadtest.procs import free_port, inferpool_argv, launch
 from loadtest.server import REPO_ROOT
+
+SEEN = ("eager", "onnxruntime")  # backends with their own variants above; newer ones get one each
 
 
 @dataclass
@@ -57,6 +67,9 @@ def variants(litserve_python: str | None) -> list[Variant]:
         Variant("InferPool onnxruntime", ip("--runtime.backend", "onnxruntime")),
         Variant("InferPool onnx v2-binary", ip("--runtime.backend", "onnxruntime"), payload="digits-v2-binary"),
         Variant("InferPool eager workers2", ip("--workers", "2")),
+        Variant("InferPool onnx workers2", ip("--runtime.backend", "onnxruntime", "--workers", "2")),
+        Variant("InferPool onnx inline", ip("--runtime.backend", "onnxruntime", "--runtime.dispatch", "inline")),
+        *(Variant(f"InferPool {name}", ip("--runtime.backend", name)) for name in sorted(BACKENDS) if name not in SEEN),
         Variant(
             "FastAPI baseline",
             lambda port: [sys.executable, "-m", "loadtest.peers.fastapi_baseline", "--port", str(port)],
@@ -75,7 +88,7 @@ def variants(litserve_python: str | None) -> list[Variant]:
 
 
 def run_variant(
-    variant: Variant, concurrency: list[int], pin: bool, log_dir: Path, **options: Any
+    variant: Variant, concurrency: list[int], pin: bool, log_dir: Path, generator: str = "python", **options: Any
 ) -> list[dict[str, Any]]:
     port = free_port()
     previous = os.sched_getaffinity(0)
@@ -89,8 +102,12 @@ def run_variant(
         try:
             payload = openloop.PAYLOADS[variant.payload]()
             for c in concurrency:
-                config = openloop.RunConfig(server.url, payload, concurrency=c, label=variant.name, **options)
-                run = openloop.run_one(config, server.process.pid)
+                if generator == "wrk":
+                    run = wrk.run_one(server.url, payload, c, label=variant.name, server_pid=server.process.pid,
+                                      scratch=log_dir, **options)  # fmt: skip
+                else:
+                    config = openloop.RunConfig(server.url, payload, concurrency=c, label=variant.name, **options)
+                    run = openloop.run_one(config, server.process.pid)
                 run["pinned"] = pin
                 runs.append(run)
                 print(openloop.brief(run), f" server {run['server_cpu_cores']} cores {run['server_rss_mb']} MB",
@@ -98,6 +115,22 @@ def run_variant(
         finally:
             os.sched_setaffinity(0, previous)
     return runs
+
+
+def pick_runs(runs: list[dict[str, Any]], pick: str = "best") -> list[dict[str, Any]]:
+    """Per variant and concurrency, one run of its rounds: ``best`` (highest throughput: other
+    load on the machine only ever slows a run down, so the fastest round is the least disturbed)
+    or ``median`` (the lower middle one for an even count); first-seen order, with every
+    round's throughput beside it."""
+    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for run in runs:
+        groups.setdefault((run["label"], run["concurrency"]), []).append(run)
+    chosen = []
+    for group in groups.values():
+        ordered = sorted(group, key=lambda r: r["achieved_rps"])
+        one = ordered[-1] if pick == "best" else ordered[(len(ordered) - 1) // 2]
+        chosen.append({**one, "rounds_rps": [r["achieved_rps"] for r in group], "picked": pick})
+    return chosen
 
 
 def table(runs: list[dict[str, Any]], concurrency: list[int]) -> str:
@@ -142,23 +175,42 @@ def main() -> None:
     parser.add_argument("--only", default="", help="comma-separated variant names (substring match)")
     parser.add_argument("--litserve-python", default="/tmp/venv-litserve/bin/python")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--rounds", type=int, default=1, help="repeat every variant, alternating the order")
+    parser.add_argument("--pick", choices=("best", "median"), default="best", help="which round a table cell shows")
+    parser.add_argument("--tables-from", type=Path, default=None, help="an earlier all_runs.json: no new runs")
+    parser.add_argument(
+        "--generator", choices=("python", "wrk"), default="python",
+        help="closed-loop client: loadtest.openloop (Python) or Debian's wrk (less CPU per request)",
+    )  # fmt: skip
     args = parser.parse_args()
     concurrency = [int(c) for c in args.concurrency.split(",")]
     out = args.out or Path(tempfile.mkdtemp(prefix=f"inferpool-compare-{time.strftime('%H%M%S')}-"))
     out.mkdir(parents=True, exist_ok=True)
+    runs: list[dict[str, Any]] = []
+    if args.tables_from:  # tables and plots again from an earlier run's every round
+        runs = json.loads(args.tables_from.read_text())
+        concurrency = sorted({run["concurrency"] for run in runs})
     chosen = variants(args.litserve_python)
     if args.only:
         wanted = [w.strip().lower() for w in args.only.split(",")]
         chosen = [v for v in chosen if any(w in v.name.lower() for w in wanted)]
-    runs: list[dict[str, Any]] = []
-    for variant in chosen:
-        try:
-            runs += run_variant(variant, concurrency, args.pin, out, duration=args.duration, warmup=args.warmup)
-        except (RuntimeError, TimeoutError) as exc:
-            print(f"{variant.name}: failed to start: {str(exc)[:2000]}", flush=True)
-    text = table(runs, concurrency)
+    for round_ in range(0 if args.tables_from else args.rounds):
+        # Each round in the opposite order, so that slow drift (other load on the machine) does
+        # not always favour the same variants.
+        for variant in chosen if round_ % 2 == 0 else chosen[::-1]:
+            try:
+                found = run_variant(
+                    variant, concurrency, args.pin, out, args.generator, duration=args.duration, warmup=args.warmup
+                )
+            except (RuntimeError, TimeoutError) as exc:
+                print(f"{variant.name}: failed to start: {str(exc)[:2000]}", flush=True)
+                continue
+            runs += [{**run, "round": round_} for run in found]
+            (out / "all_runs.json").write_text(json.dumps(runs, indent=1))  # kept if the run is cut short
+    picked = pick_runs(runs, args.pick)
+    text = table(picked, concurrency)
     suffix = " pinned" if args.pin else ""
-    openloop.write_results(runs, out, f"digits CNN, closed loop{suffix}")
+    openloop.write_results(picked, out, f"digits CNN, closed loop{suffix}")
     (out / "table.md").write_text(text + "\n")
     print(text)
     print(json.dumps({"results": str(out)}))
