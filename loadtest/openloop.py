@@ -96,9 +96,35 @@ def digits_v2_binary(model: str = "digits") -> Payload:
     return Payload(f"/v2/models/{model}/infer", header + SAMPLE[None].tobytes(), headers)
 
 
+SENTENCE = "InferPool serves a PyTorch model over HTTP on CPUs, fast and honest about it."
+
+
+def minilm_json() -> Payload:
+    """One sentence (~20 tokens: MiniLM's 32-token bucket) to ``config/minilm.toml``'s server."""
+    body = json.dumps({"inputs": SENTENCE}).encode()
+    return Payload("/predict", body, (("content-type", "application/json"),))
+
+
+def minilm_v2_binary(model: str = "minilm") -> Payload:
+    """The same sentence as a v2 ``BYTES`` tensor (Triton's 4-byte length prefix), binary outputs."""
+    text = SENTENCE.encode()
+    size = 4 + len(text)
+    header = json.dumps(
+        {
+            "inputs": [{"name": "text", "shape": [1], "datatype": "BYTES", "parameters": {"binary_data_size": size}}],
+            "parameters": {"binary_data_output": True},
+        },
+        separators=(",", ":"),
+    ).encode()
+    headers = (("content-type", "application/octet-stream"), ("inference-header-content-length", str(len(header))))
+    return Payload(f"/v2/models/{model}/infer", header + len(text).to_bytes(4, "little") + text, headers)
+
+
 PAYLOADS: dict[str, Callable[[], Payload]] = {
     "digits-json": digits_json,
     "digits-v2-binary": digits_v2_binary,
+    "minilm-json": minilm_json,
+    "minilm-v2-binary": minilm_v2_binary,
     "empty": lambda: Payload("/", method="GET"),
 }
 

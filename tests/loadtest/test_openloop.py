@@ -126,3 +126,41 @@ def test_scenario_against_the_real_server(tmp_path):
     assert abs(run["achieved_rps"] - 50) <= 5
     assert run["server_rss_mb"] > 50
     assert (tmp_path / "runs.json").exists()
+
+
+def test_sigterm_stops_the_server_and_writes_the_finished_runs(tmp_path):
+    scenario = tmp_path / "long.toml"
+    scenario.write_text('name = "long"\n[load]\nconcurrency = [1, 1, 1, 1, 1, 1]\nduration = 1.0\nwarmup = 0.2\n')
+    out = tmp_path / "out"
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "loadtest.run", str(scenario), "--out", str(out)],
+        cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 90
+    while not list(out.glob("long-*.log")):  # the server's log, named after its port
+        _still_running(runner, deadline)
+        time.sleep(0.1)
+    port = int(next(out.glob("long-*.log")).stem.rsplit("-", 1)[1])
+    while True:  # ready, then past the first 1.2 s run
+        _still_running(runner, deadline)
+        try:
+            if httpx2.get(f"http://127.0.0.1:{port}/health/ready", timeout=1).status_code == 200:
+                break
+        except httpx2.TransportError:
+            pass
+        time.sleep(0.1)
+    time.sleep(2.5)
+    runner.terminate()
+    stdout, stderr = runner.communicate(timeout=60)
+    assert runner.returncode == 130, stderr
+    runs = json.loads((out / "runs.json").read_text())
+    assert 1 <= len(runs) < 6
+    assert all(run["interrupted"] and run["ok"] > 0 for run in runs)
+    assert json.loads(stdout.splitlines()[-1]) == {"results": str(out), "interrupted": True, "runs": len(runs)}
+    with pytest.raises(httpx2.TransportError):  # the server went with it
+        httpx2.get(f"http://127.0.0.1:{port}/health/live", timeout=1)
+
+
+def _still_running(runner: subprocess.Popen[str], deadline: float) -> None:
+    assert runner.poll() is None, runner.communicate()
+    assert time.monotonic() < deadline
