@@ -28,9 +28,23 @@ from engine.threads import apply_thread_plan
 from engine.zoo import digits, mlp
 from loadtest.bench_backends import PLAN, latencies, span, throughput
 
+
+def wide() -> ModelSpec:
+    """64 -> 4096 -> 4096 -> 10 (67 MB of float32 weights, seeded): big enough that a copy of
+    the weights per runtime would show in RSS, which the zoo models' few hundred KB do not."""
+    generator = torch.Generator().manual_seed(0)
+    layers = [torch.nn.Linear(64, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 4096), torch.nn.Linear(4096, 10)]
+    model = torch.nn.Sequential(*layers)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.copy_(torch.randn(parameter.shape, generator=generator) * parameter.shape[-1] ** -0.5)
+    return ModelSpec(module=model, example_inputs={"x": torch.zeros(1, 64)}, output_names=("logits",), name="wide")
+
+
 MODELS: dict[str, tuple[Callable[[], ModelSpec], tuple[int, ...]]] = {
     "mlp": (mlp.build, (1, 32, 256)),  # 256: compute-bound, where releasing the GIL should pay
     "digits": (digits.build, (1, 32)),
+    "wide": (wide, (1,)),  # RSS only
 }
 ROWS = {  # row name -> (backend, aoti_interface: only the aoti rows read it)
     "eager": ("eager", "minimal_arrayref"),
@@ -94,7 +108,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=300, help="calls per row per round at batch 1 (fewer above)")
-    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--models", nargs="+", default=["mlp", "digits"], choices=list(MODELS))
+    parser.add_argument("--rss-models", nargs="*", default=["digits", "wide"], choices=list(MODELS))
     parser.add_argument("--cache-dir", default="", help="compile cache ('' = the default, ~/.cache/inferpool)")
     parser.add_argument("--rss-child", nargs=2, metavar=("MODEL", "ROW"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -118,7 +133,7 @@ def main() -> None:
         }
         bench(model, runtimes, inputs, args.rounds, args.calls)
     print("\nRSS (fresh process per row; weights once per model, or once per runtime?)")
-    for model in args.models:
+    for model in args.rss_models:
         for row in ROWS:
             print(measure_rss(model, row, args.cache_dir), flush=True)
 
