@@ -9,7 +9,9 @@ How much does serving cost on *your* hardware and model? Times, on the model's e
   the same settings on a free 127.0.0.1 port,
 
 and reports the server overhead (HTTP minus bare, in µs and as a ratio), the backend and
-dispatch the server chose, and the thread budget. The phases run in interleaved rounds, so
+dispatch the server chose, and the thread budget. With ``--runtime.backend auto`` the bench
+chooses once, while loading its own copy, and starts the server with that backend, so that
+both sides time the same one (the report keeps ``auto``'s table). The phases run in interleaved rounds, so
 that a noisy neighbour slows all of them alike instead of one. The settings are ``serve``'s
 (``inferpool bench --model X --runtime.backend onnxruntime``). A model with a handler (text
 in) needs ``--inputs``: the JSON value to send as ``{"inputs": ...}``; its bare call is still
@@ -103,6 +105,10 @@ def run(settings: Settings, serve_args: list[str], limits: Limits, inputs: objec
                               name=plan.name, handler=plan.handler)  # fmt: skip
     sys.setswitchinterval(settings.switch_interval)  # as the server does
     payload = inputs if inputs is not None else _payload(served)
+    chosen = served.describe()["backend"]
+    if chosen != plan.options.backend:
+        # ``auto`` chose here; the server must serve that same backend, not time its own pick.
+        serve_args = [*serve_args, "--runtime.backend", chosen]
     try:
         with (
             serve_subprocess(serve_args, limits.ready_timeout) as port,
@@ -113,6 +119,8 @@ def run(settings: Settings, serve_args: list[str], limits: Limits, inputs: objec
                 phases = _phases(served, payload, client, runner)
                 times = _interleave(phases, limits)
                 facts = _server_facts(client, served.name)
+                if facts["backend"] != chosen:
+                    raise RuntimeError(f"the server runs backend {facts['backend']!r}, the bare calls ran {chosen!r}")
             finally:
                 client.close()
     finally:
@@ -228,6 +236,7 @@ def _report(
         "backend": facts["backend"],
         "backend_configured": settings.runtime.backend,
         "dispatch": facts["dispatch"],
+        "auto": served.selection.report() if served.selection.trials else None,
         "threads": {
             "server_processes": settings.workers,
             "runtimes": served.plan.runtimes,

@@ -16,11 +16,13 @@ PHASES = ["bare", "engine", "http_json", "http_v2_binary"]
 @pytest.fixture(scope="module")
 def report() -> dict:
     # Inline dispatch is not the default, so seeing it in the server's own answer shows that
-    # the bench's settings reached the server it started.
+    # the bench's settings reached the server it started; auto (between two quick backends)
+    # shows that the server serves the backend the bench chose and timed bare.
     done = subprocess.run(
         [INFERPOOL, "bench", "--count", "40", "--rounds", "2", "--warmup", "5", "--seconds", "20", "--json",
-         "--runtime.dispatch", "inline", "--runtime.num-runtimes", "1"],
-        capture_output=True, text=True, timeout=180,
+         "--runtime.dispatch", "inline", "--runtime.num-runtimes", "1",
+         "--runtime.backend", "auto", "--runtime.auto-backends", '["eager", "onnxruntime"]'],
+        capture_output=True, text=True, timeout=240,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-4000:]
     return json.loads(done.stdout)
@@ -29,7 +31,10 @@ def report() -> dict:
 def test_report_names_model_backend_and_thread_budget(report):
     assert report["model"] == "digits"
     assert report["source"] == "engine.zoo.digits:build"
-    assert report["backend"] == report["backend_configured"] == "eager"
+    assert report["backend_configured"] == "auto"
+    assert report["backend"] in ("eager", "onnxruntime")
+    assert report["auto"]["chosen"] == report["backend"]
+    assert {row["backend"] for row in report["auto"]["candidates"]} == {"eager", "onnxruntime"}
     assert report["dispatch"] == "inline"
     threads = report["threads"]
     assert threads["runtimes"] == 1
@@ -62,7 +67,7 @@ def test_table_shows_every_phase_and_the_budget(report):
     text = format_table(report)
     for name in PHASES:
         assert LABELS[name] in text
-    assert "backend eager, dispatch inline, 1 runtimes x 1 intra-op threads" in text
+    assert f"backend {report['backend']} (configured: auto), dispatch inline, 1 runtimes x 1 intra-op threads" in text
     assert f"{report['overhead']['http_json']['p50_us']:.1f}" in text
 
 
