@@ -92,6 +92,8 @@ class AotiRuntime(Runtime):
             raise TypeError("AotiRuntime needs the shared packages: pass compiled=AotiRuntime.compile(module, options)")
         super().__init__(module, options, compiled)
         self._sizes = compiled.sizes
+        # The compiled size each request size up to the largest runs at (the common case).
+        self._fit = [self._sizes[bisect.bisect_left(self._sizes, rows)] for rows in range(self._sizes[-1] + 1)]
         self._names = tuple(s.name for s in module.schema.inputs)
         self._callers = {size: shared.caller() for size, shared in compiled.shared.items()}
         self._buffers = {
@@ -116,15 +118,18 @@ class AotiRuntime(Runtime):
         while rows - start > largest:
             calls.append((start, start + largest, largest))
             start += largest
-        calls.append((start, rows, self._sizes[bisect.bisect_left(self._sizes, rows - start)]))
+        calls.append((start, rows, self._fit[rows - start]))
         return calls
 
     def run(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
         arrays = [inputs[name] for name in self._names]
         rows = arrays[0].shape[0]
-        parts = [self._run_at(size, [a[start:stop] for a in arrays]) for start, stop, size in self.route(rows)]
+        if rows < len(self._fit):
+            outputs = self._run_at(self._fit[rows], arrays)
+        else:
+            parts = [self._run_at(size, [a[start:stop] for a in arrays]) for start, stop, size in self.route(rows)]
+            outputs = [np.concatenate(chunk) for chunk in zip(*parts, strict=True)]
         self.calls += 1
-        outputs = parts[0] if len(parts) == 1 else [np.concatenate(chunk) for chunk in zip(*parts, strict=True)]
         return dict(zip(self._outputs, outputs, strict=True))
 
     def _run_at(self, size: int, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:

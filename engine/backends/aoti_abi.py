@@ -66,7 +66,6 @@ def _libtorch_codes() -> tuple[dict[np.dtype, int], int]:
 
 
 DTYPE_CODES, CPU_DEVICE = _libtorch_codes()
-DTYPES_BY_CODE = {code: dtype for dtype, code in DTYPE_CODES.items()}
 
 _capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
 _capsule_pointer.restype = ctypes.c_void_p
