@@ -9,6 +9,7 @@ binding that resolves to another overload, or an ``out=`` variant that resizes, 
 from __future__ import annotations
 
 import operator
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -70,7 +71,9 @@ def first_matching(
             continue
         extra = {"out": torch.empty_like(reference, memory_format=torch.contiguous_format)} if out else {}
         try:
-            got = candidate(*args, **kwargs, **extra)
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")  # e.g. an out= that resizes: refused, not silenced
+                got = candidate(*args, **kwargs, **extra)
         except Exception:  # noqa: BLE001 -- a candidate that does not fit is simply not used
             continue
         if same(reference, extra.get("out", got)):

@@ -16,7 +16,7 @@ import operator
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 import numpy as np
@@ -160,8 +160,7 @@ def build_plan(module: InferenceModule, program: torch.export.ExportedProgram) -
             return type(arg)(template(a) for a in arg)
         return arg
 
-    with torch.inference_mode(), warnings.catch_warnings():
-        warnings.simplefilter("error")  # a candidate that warns is refused, not silenced
+    with torch.inference_mode():
         for node in program.graph.nodes:
             if node.op == "placeholder":
                 if node.name in lifted:
@@ -175,7 +174,12 @@ def build_plan(module: InferenceModule, program: torch.export.ExportedProgram) -
             elif node.op == "call_function":
                 if node.target in _DROPPED:
                     continue
-                nodes.append(_plan_node(node, template, values, new_register, nodes))
+                planned = _plan_node(node, template, values, new_register, nodes)
+                known = {symbol for symbol, _, _ in symbols}
+                if not all(isinstance(d, int) or d.free_symbols <= known for d in planned.shape):
+                    # A size no input size determines (a symbol export derived itself): allocate it.
+                    planned = replace(planned, out_fn=None, shape=(), dtype=None)
+                nodes.append(planned)
             elif node.op == "output":
                 outputs = [template(arg) for arg in node.args[0]]
             else:
@@ -285,9 +289,9 @@ def _fuse_inplace(plan: Plan, values: list[Any]) -> Plan:
         trial = values[source.index].clone()
         if first_matching(values[node.out], [inplace], (trial, *concrete(node.args[1:], values)), {}) is None:
             continue
-        nodes[i] = PlanNode(node.name, node.op, node.fn, node.args, node.kwargs, node.out, inplace_fn=inplace,
-                            alias_of=source.index)  # fmt: skip
-    return Plan(plan.registers, plan.inputs, plan.constants, tuple(nodes), plan.outputs, plan.symbols)
+        # Its result is its input's storage: no out= variant (it would be a second buffer).
+        nodes[i] = replace(node, out_fn=None, inplace_fn=inplace, alias_of=source.index, shape=(), dtype=None)
+    return replace(plan, nodes=tuple(nodes))
 
 
 def _with_lifetimes(plan: Plan) -> Plan:
@@ -304,4 +308,4 @@ def _with_lifetimes(plan: Plan) -> Plan:
             last[root(reg)] = i
     for _, reg in plan.outputs:
         last[root(reg)] = len(plan.nodes)
-    return Plan(plan.registers, plan.inputs, plan.constants, plan.nodes, plan.outputs, plan.symbols, last)
+    return replace(plan, last_use=last)

@@ -182,6 +182,38 @@ def test_served_model_answers_through_the_static_backend(digits_module, images, 
         np.testing.assert_array_equal(answer.outputs["label"], label)
 
 
+class Aliases(nn.Module):
+    """Views of intermediates leaving the graph, a value read twice, the input returned as is."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        h = torch.relu(x * 2)
+        flat = h.reshape(h.shape[0], -1)
+        return flat, torch.sigmoid(h) + h, x
+
+
+@pytest.fixture(scope="module")
+def aliases():
+    spec = ModelSpec(
+        module=Aliases(), example_inputs={"x": torch.ones(1, 3, 4)}, output_names=("flat", "mixed", "same")
+    )
+    module = InferenceModule.from_spec(spec)
+    return module, StaticRuntime.compile(module, RuntimeOptions())
+
+
+@pytest.mark.parametrize("flags", COMBOS[::3], ids=lambda f: "-".join(k for k, v in f.items() if v) or "all-off")
+def test_views_and_inputs_that_leave_the_graph_are_never_buffers_shared_with_the_next_run(aliases, flags):
+    module, plan = aliases
+    runtime = StaticRuntime(module, RuntimeOptions(**flags), plan)
+    first = np.random.default_rng(0).standard_normal((3, 3, 4)).astype(np.float32)
+    got = runtime.run({"x": first})
+    runtime.run({"x": -first})  # same shape: the same buffers, if any
+    with torch.inference_mode():
+        want = Aliases()(torch.from_numpy(first))
+    for name, expected in zip(("flat", "mixed", "same"), want, strict=True):
+        np.testing.assert_allclose(got[name], expected.numpy(), rtol=RTOL, atol=ATOL, err_msg=name)
+    assert not np.shares_memory(got["same"], first)
+
+
 async def _all(served: ServedModel, requests: list[dict[str, list]]) -> list:
     return await asyncio.gather(*(served.infer(r) for r in requests))
 
