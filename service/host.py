@@ -3,8 +3,10 @@ every one of them is warm."""
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -94,8 +96,25 @@ class ModelHost:
                 loaded[model.name] = model
                 if self._on_ready is not None:
                     self._on_ready(model)
+            _freeze_heap()
             self.models = loaded
             self.default = loaded[next(iter(loaded))]  # published last: routes see complete state
         except Exception as exc:
             self.error = f"{type(exc).__name__}: {exc}"
             log.exception("loading the models failed")
+
+
+def _freeze_heap() -> None:
+    """Move everything allocated so far (torch, the models, their Python wrappers) out of the
+    garbage collector's reach: it is never garbage, yet every full collection walked it all and
+    stopped every thread meanwhile -- 430-480 ms per collection with MiniLM loaded (386k
+    objects), which showed up as 300+ ms stalls of the event loop, refusals included, under
+    overload. Later collections only see objects allocated after this point."""
+    started = time.perf_counter()
+    gc.collect()
+    gc.freeze()
+    log.info(
+        "froze %d startup objects out of the GC in %.0f ms",
+        gc.get_freeze_count(),
+        (time.perf_counter() - started) * 1e3,
+    )
