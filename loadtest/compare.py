@@ -11,7 +11,7 @@ closed-loop sweep (one JSON digit per ``POST /predict`` unless the variant says 
 fraction of the client CPU per request): InferPool eager, eager + dynamic batching (8),
 onnxruntime, onnxruntime with v2 binary tensors, onnxruntime with inline dispatch, ``--workers 2``
 (eager and onnxruntime), one variant for each further backend in ``engine.BACKENDS``; the FastAPI
-baseline (``loadtest.peers.fastapi_baseline``); LitServe 1 and 2 workers
+baseline (``loadtest.peers.fastapi_baseline``); LitServe 1 and 2 workers, batching off and 8
 (``loadtest.peers.litserve_digits``) when ``--litserve-python`` points at a venv that has
 ``litserve`` and torch (create it as that file's docstring says). Variants start one at a time
 (never two servers at once); ``--rounds N`` repeats the list N times, alternating its order, and
@@ -78,12 +78,16 @@ def variants(litserve_python: str | None) -> list[Variant]:
     if litserve_python and Path(litserve_python).exists():
         script = str(REPO_ROOT / "loadtest" / "peers" / "litserve_digits.py")
 
-        def litserve(workers: int) -> Callable[[int], list[str]]:
-            return lambda port: [litserve_python, script, "--port", str(port), "--workers", str(workers)]
+        def litserve(workers: int, batch: int) -> Callable[[int], list[str]]:
+            extra = ["--workers", str(workers), "--max-batch-size", str(batch)]
+            return lambda port: [litserve_python, script, "--port", str(port), *extra]
 
         for workers in (1, 2):
-            name = f"LitServe {workers} worker{'s' if workers > 1 else ''}"
-            found.append(Variant(name, litserve(workers), ready_path="/health"))
+            for batch in (1, 8):
+                name = f"LitServe {workers} worker{'s' if workers > 1 else ''}" + (
+                    f" batch{batch}" if batch > 1 else ""
+                )
+                found.append(Variant(name, litserve(workers, batch), ready_path="/health"))
     return found
 
 
