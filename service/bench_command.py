@@ -35,7 +35,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 
 from config import Settings, load_settings
-from engine import ConfigError, ServedModel
+from engine import ConfigError, EngineError, ServedModel
 from service.bench_client import KeepAlive, json_request, serve_subprocess, v2_binary_request
 from service.bench_report import format_table, summarize
 from service.host import plans
@@ -85,9 +85,10 @@ def bench_main(argv: list[str]) -> int:
     limits = Limits(args.count, args.seconds, args.rounds, args.warmup, args.ready_timeout)
     try:
         report = run(settings, serve_args, limits, inputs)
-    except (ConfigError, RuntimeError, TimeoutError, ConnectionError) as exc:
+    except (EngineError, RuntimeError, TimeoutError, ConnectionError) as exc:
+        # EngineError: the model cannot load or run here (ConfigError, ModelLoadError, ...).
         print(f"inferpool bench: {exc}", file=sys.stderr)
-        return 2 if isinstance(exc, ConfigError) else 1
+        return 2 if isinstance(exc, EngineError) else 1
     print(json.dumps(report, indent=1) if args.json else format_table(report))
     return 0
 
