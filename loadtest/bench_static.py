@@ -1,7 +1,7 @@
 """The ``static`` backend against eager, ONNX Runtime and TorchScript's Static Runtime, and the
 effect of each of its options, on the MLP and the digits CNN at batch 1 and 32.
 
-    python -m loadtest.bench_static [--rounds N] [--calls N]
+    python -m loadtest.bench_static [--rounds N] [--calls N] [--models mlp,digits,minilm]
 
 One process, one intra-op thread, every row interleaved round by round (the machine is noisy:
 ratios within a round are what to read). Per row: median microseconds per ``runtime.run`` over
@@ -19,15 +19,35 @@ from typing import Any
 import numpy as np
 import torch
 
-from engine import BACKENDS, InferenceModule, RuntimeOptions
+from engine import BACKENDS, InferenceModule, RuntimeOptions, load_model
 from engine.backends import Runtime
 from engine.backends.static import StaticRuntime
 from engine.threads import ThreadPlan, apply_thread_plan
-from engine.zoo import digits, mlp
 from loadtest.bench_backends import latencies, span
 
-MODELS: dict[str, Callable[[], Any]] = {"mlp": mlp.build, "digits": digits.build}
-BATCHES = (1, 32)
+Inputs = Callable[[InferenceModule, int], dict[str, np.ndarray]]
+SENTENCE = "Serving a small transformer on a CPU is mostly matrix products and Python overhead. " * 2
+
+
+def pixels(module: InferenceModule, batch: int) -> dict[str, np.ndarray]:
+    spec = module.schema.inputs[0]
+    shape = tuple(d or 1 for d in spec.shape[1:])  # the MLP and the CNN: fixed sample shape
+    return {spec.name: np.random.default_rng(batch).integers(0, 17, size=(batch, *shape)).astype(np.float32)}
+
+
+def sentences(module: InferenceModule, batch: int) -> dict[str, np.ndarray]:
+    from engine.zoo.minilm import MiniLMHandler  # needs the 'minilm' extra
+
+    arrays, _ = MiniLMHandler().preprocess([SENTENCE] * batch)
+    return arrays
+
+
+# Model -> (factory, inputs per batch size, batch sizes, calls divisor, rows).
+MODELS: dict[str, tuple[str, Inputs, tuple[int, ...], int, tuple[str, ...]]] = {
+    "mlp": ("engine.zoo.mlp:build", pixels, (1, 32), 1, ()),
+    "digits": ("engine.zoo.digits:build", pixels, (1, 32), 1, ()),
+    "minilm": ("engine.zoo.minilm:build", sentences, (1, 8), 50, ("eager", "static", "static, out_variant off")),
+}
 # Row -> (backend, option overrides, static executor). Defaults: out variants on, memory
 # sharing on, cleanup on, managed outputs off (engine/options.py).
 ROWS: dict[str, tuple[str, dict[str, Any], str]] = {
@@ -43,11 +63,11 @@ ROWS: dict[str, tuple[str, dict[str, Any], str]] = {
 }
 
 
-def build_runtimes(module: InferenceModule) -> dict[str, Runtime]:
+def build_runtimes(module: InferenceModule, rows: tuple[str, ...]) -> dict[str, Runtime]:
     compiled: dict[str, Any] = {}
     runtimes: dict[str, Runtime] = {}
     for row, (backend, overrides, executor) in ROWS.items():
-        if backend not in BACKENDS:
+        if backend not in BACKENDS or (rows and row not in rows):
             continue  # another agent's backend not in this tree
         options = RuntimeOptions(backend=backend, intra_op_threads=1, **overrides)
         if backend not in compiled:
@@ -70,24 +90,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--calls", type=int, default=300, help="calls per row per round (batch 32 runs 1/4)")
+    parser.add_argument("--models", default="mlp,digits", help=f"comma-separated, of {sorted(MODELS)}")
     args = parser.parse_args()
     apply_thread_plan(ThreadPlan(cpus=2, runtimes=2, intra_op_threads=1))
     torch.set_num_threads(1)
-    rng = np.random.default_rng(0)
     print(f"{args.rounds} rounds interleaved; 1 intra-op thread; median us/call (range of round medians); x eager")
     print(f"{'model':7} {'row':28} {'batch':>5} {'us/call':>9} {'(rounds)':>15} {'x eager':>8} {'slab':>9}")
-    for model_name, build in MODELS.items():
-        module = InferenceModule.from_spec(build())
-        runtimes = build_runtimes(module)
-        shape = tuple(d or 1 for d in module.schema.inputs[0].shape[1:])  # both models: fixed sample shape
-        inputs = {b: {module.schema.inputs[0].name: rng.integers(0, 17, size=(b, *shape)).astype(np.float32)}
-                  for b in BATCHES}  # fmt: skip
-        keys = [(row, b) for b in BATCHES for row in runtimes]
+    for model_name in args.models.split(","):
+        factory, make_inputs, batches, divisor, rows = MODELS[model_name]
+        module = InferenceModule.from_spec(load_model(factory))
+        runtimes = build_runtimes(module, rows)
+        inputs = {b: make_inputs(module, b) for b in batches}
+        calls = {b: max(1, args.calls // divisor // (1 if b == 1 else 4)) for b in batches}
+        keys = [(row, b) for b in batches for row in runtimes]
         samples: dict[tuple[str, int], list[float]] = {k: [] for k in keys}
         medians: dict[tuple[str, int], list[float]] = {k: [] for k in keys}
         for _ in range(args.rounds):
             for row, b in keys:
-                times = latencies(runtimes[row], inputs[b], args.calls if b == 1 else max(1, args.calls // 4))
+                times = latencies(runtimes[row], inputs[b], calls[b])
                 samples[row, b] += times
                 medians[row, b].append(statistics.median(times))
         for row, b in keys:
