@@ -22,7 +22,7 @@ import torch
 from engine.admission import Admission, ServiceTimes, count_samples
 from engine.backends import Runtime
 from engine.backends.autoselect import resolve_backend
-from engine.batching import Batcher, Prediction
+from engine.batching import Batcher
 from engine.dispatch import Dispatch, InlineDispatch
 from engine.errors import ConfigError, DeadlineExceeded, EngineError, InvalidInput, ModelFailed, NotReady, Overloaded
 from engine.faults import check_finite
@@ -30,6 +30,7 @@ from engine.handlers import Handler, load_handler
 from engine.module import InferenceModule
 from engine.options import RuntimeOptions
 from engine.pool import Lease, RuntimePool
+from engine.requests import Prediction
 from engine.schema import Array, Schema, positional
 from engine.sources import load_model
 from engine.threads import ThreadPlan, apply_thread_plan, init_worker_thread, plan_threads
