@@ -119,7 +119,7 @@ class RuntimeOptions:
     """``aoti`` backend: the batch sizes to compile (AOTInductor packages have static shapes:
     one package per size, each 15-60 s to compile on first start, then loaded from
     ``compile_cache_dir``). A request runs on the smallest compiled size that holds it (its
-    rows copied into a zero-padded buffer; an exact fit is passed without a copy) or is split
+    rows copied into a zero-padded buffer that the compiled call reads in place) or is split
     into chunks of the largest; it never runs at a shape that was not compiled. Padding costs
     the padded rows' compute, so list the sizes your traffic has; () = 1, ``max_batch_size``
     and ``preferred_batch_sizes`` (which is what batching produces)."""

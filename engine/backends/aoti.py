@@ -6,8 +6,8 @@ package, however many runtimes) and checks each against eager on the example inp
 corrupt, truncated or mismatched package is a ModelLoadError at load, never a wrong answer.
 
 Shapes are static. A request of n rows runs on the smallest compiled size >= n: its rows are
-copied into a zero-padded buffer the runtime owns, and the padding rows' outputs are dropped.
-An exact fit is passed without a copy. More rows than the largest size run in chunks of the
+copied into a zero-padded buffer the runtime owns (the compiled call reads it in place), and
+the padding rows' outputs are dropped. More rows than the largest size run in chunks of the
 largest (the last chunk routed like any request). A compiled package is never called with a
 shape it was not compiled for: a fixed-shape package called with another batch size reads or
 writes the wrong number of rows without complaint.
@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from engine.backends.aoti_compile import Package, ensure_packages, examples_at, static_shape
+from engine.backends.aoti_compile import Package, ensure_packages, examples_at
 from engine.backends.aoti_runners import INTERFACES, Caller, Shared
 from engine.backends.base import Runtime
 from engine.errors import ConfigError, InvalidInput, ModelLoadError
@@ -60,7 +60,9 @@ def _load(module: InferenceModule, options: RuntimeOptions, package: Package) ->
 def _check_parity(module: InferenceModule, package: Package, caller: Caller) -> None:
     inputs = examples_at(module, package.batch_size)
     try:
-        got = caller(list(inputs.values()))
+        for buffer, array in zip(caller.inputs, inputs.values(), strict=True):
+            buffer[...] = array
+        got = caller()
     except Exception as exc:
         raise ModelLoadError(
             f"AOTInductor package {package.path} fails on {module.name!r}'s example inputs: {exc}; {_fix(package)}"
@@ -96,9 +98,6 @@ class AotiRuntime(Runtime):
         self._fit = [self._sizes[bisect.bisect_left(self._sizes, rows)] for rows in range(self._sizes[-1] + 1)]
         self._names = tuple(s.name for s in module.schema.inputs)
         self._callers = {size: shared.caller() for size, shared in compiled.shared.items()}
-        self._buffers = {
-            size: [np.zeros(static_shape(s, size), s.dtype) for s in module.schema.inputs] for size in self._sizes
-        }
         self._outputs = tuple(s.name for s in module.schema.outputs)
 
     @classmethod
@@ -134,17 +133,17 @@ class AotiRuntime(Runtime):
 
     def _run_at(self, size: int, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
         rows = arrays[0].shape[0]
-        buffers = self._buffers[size]
-        for array, buffer in zip(arrays, buffers, strict=True):
+        caller = self._callers[size]
+        for array, buffer in zip(arrays, caller.inputs, strict=True):
             if array.shape[1:] != buffer.shape[1:] or array.dtype != buffer.dtype or array.shape[0] != rows:
                 raise InvalidInput(
                     f"input of shape {list(array.shape)} {array.dtype} does not fit the compiled "
                     f"[{size}, {', '.join(map(str, buffer.shape[1:]))}] {buffer.dtype}"
                 )
-        exact = rows == size and all(a.flags.c_contiguous for a in arrays)
-        if not exact:
-            for array, buffer in zip(arrays, buffers, strict=True):
-                buffer[:rows] = array
+            # Copying into the runtime's buffer (which the compiled call reads in place) costs
+            # less than handing the library a new pointer per call (see aoti_runners).
+            buffer[:rows] = array
+            if rows < size:
                 buffer[rows:] = 0
-        outputs = self._callers[size](arrays if exact else buffers)
+        outputs = caller()
         return outputs if rows == size else [o[:rows] for o in outputs]

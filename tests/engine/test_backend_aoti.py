@@ -6,7 +6,6 @@ from __future__ import annotations
 import ctypes
 import shutil
 import threading
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -16,8 +15,8 @@ import torch
 from engine import BACKENDS, InferenceModule, InvalidInput, ModelLoadError, ModelSpec, RuntimeOptions
 from engine.backends import aoti_compile
 from engine.backends.aoti import AotiRuntime
-from engine.backends.aoti_abi import DTYPE_CODES, AotiError, ArrayRefTensor
-from engine.backends.aoti_runners import INTERFACES, Caller
+from engine.backends.aoti_abi import DTYPE_CODES, AotiError, ArrayRefTensor, describe
+from engine.backends.aoti_runners import INTERFACES, MinimalArrayrefCaller
 from engine.options import AOTI_INTERFACES
 from engine.zoo.mlp import build
 
@@ -122,14 +121,19 @@ def test_routes_to_compiled_sizes_only(mlp, artifact):
     assert runtime.route(9) == [(0, 4, 4), (4, 8, 4), (8, 9, 1)]
     seen: list[tuple[int, ...]] = []
 
-    def spy(call: Caller) -> Caller:
-        def record(arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
-            seen.append(arrays[0].shape)
-            return call(arrays)
+    class Spy:
+        """Records the shape the library is told, and that it points at the runtime's buffer."""
 
-        return record
+        def __init__(self, call: MinimalArrayrefCaller) -> None:
+            self.call, self.inputs = call, call.inputs
 
-    runtime._callers = {size: spy(call) for size, call in runtime._callers.items()}
+        def __call__(self) -> list[np.ndarray]:
+            desc = self.call._in[0]
+            assert desc.data == self.inputs[0].ctypes.data
+            seen.append(tuple(desc.sizes[: desc.ndim]))
+            return self.call()
+
+    runtime._callers = {size: Spy(call) for size, call in runtime._callers.items()}  # type: ignore[arg-type]
     for n in (1, 2, 3, 5, 11):
         runtime.run({"x": rows(n)})
     assert set(seen) == {(1, 64), (4, 64)}
@@ -145,8 +149,10 @@ def test_shape_it_was_not_compiled_for_is_rejected(mlp, artifact):
 
 def test_library_numel_check_is_a_clear_error(artifact):
     caller = artifact.shared[4].caller()
+    half = np.zeros((2, 64), np.float32)
+    describe(half, caller._in[0])  # as if the descriptor had been built for another batch size
     with pytest.raises(AotiError, match=r"incorrect numel for input tensor\. expected 256, got 128"):
-        caller([np.zeros((2, 64), np.float32)])
+        caller()
 
 
 def test_outputs_do_not_alias_library_storage(mlp, artifact):
