@@ -33,10 +33,9 @@ log = logging.getLogger(__name__)
 Progress = Callable[[str], None]
 
 # Freezing is off, although the issue asked for it: it lowers linear/conv to mkldnn's
-# pre-packed pointwise kernels, which on this machine made every call slower (median us/call,
-# one interleaved run, 1 intra-op thread, minimal interface; see docs/BENCHMARKS.md):
-# MLP batch 1: 147 frozen / 146 frozen without weight prepacking / 49 not frozen; batch 32:
-# 200 / 206 / 116; digits batch 1: 286 / 259 / 105; batch 32: 718 / 800 / 723.
+# pointwise kernels, which made every call slower here (loadtest/bench_aoti_freezing.py, median
+# us/call frozen / frozen without weight prepacking / not frozen): MLP batch 1 72 / 73 / 23,
+# batch 32 105 / 105 / 69; digits CNN batch 1 136 / 136 / 46, batch 32 357 / 340 / 341.
 # The minimal ArrayRef interface needs BOTH of its flags: codegen/common.py picks the ArrayRef
 # wrapper (CppWrapperCpuArrayRef, which emits the V2 entry point) only when
 # allow_stack_allocation is set; with use_minimal_arrayref_interface alone the wrapper is unchanged.
