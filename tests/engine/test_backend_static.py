@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from engine import BACKENDS, InferenceModule, ModelLoadError, RuntimeOptions, ServedModel
+from engine import BACKENDS, InferenceModule, ModelLoadError, RuntimeOptions, ServedModel, load_model
 from engine.backends.eager import EagerRuntime
 from engine.backends.static import BUFFER_SETS, StaticRuntime
 from engine.backends.static_memory import Buffers, Slot, assign_offsets
@@ -216,6 +216,16 @@ def test_views_and_inputs_that_leave_the_graph_are_never_buffers_shared_with_the
 
 async def _all(served: ServedModel, requests: list[dict[str, list]]) -> list:
     return await asyncio.gather(*(served.infer(r) for r in requests))
+
+
+def test_model_from_a_torch_export_archive(digits_pt2, images, reference):
+    module = InferenceModule.from_spec(load_model(str(digits_pt2)))
+    runtime = StaticRuntime(module, RuntimeOptions(), StaticRuntime.compile(module, RuntimeOptions()))
+    for batch in (1, 16):
+        got = runtime.run({"image": np.ascontiguousarray(images[:batch])})
+        probabilities, label = reference(images[:batch])
+        np.testing.assert_allclose(got[module.schema.outputs[0].name], probabilities, rtol=RTOL, atol=ATOL)
+        np.testing.assert_array_equal(got[module.schema.outputs[1].name], label)
 
 
 class DataDependentBranch(nn.Module):
