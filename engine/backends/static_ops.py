@@ -33,9 +33,11 @@ FAST: dict[Any, Callable[..., Any]] = {aten.sym_size.int: torch.Tensor.size, ope
 
 
 def _max_pool2d_channels_last(x: torch.Tensor, *args: Any) -> torch.Tensor:
-    # PyTorch's NCHW max_pool2d kernel is the slow one on CPU: on the digits CNN's [B, 32, 8, 8]
-    # 2x2 pool, 15 -> 6.5 us at batch 1 and 656 -> 37 us at batch 32 in channels-last layout;
-    # the two layout copies cost far less than that.
+    # PyTorch's NCHW max_pool2d kernel is the slow one on CPU from batch 2 up: on the digits
+    # CNN's [B, 32, 8, 8] 2x2 pool, NCHW vs channels-last incl. both layout copies was 14.0 vs
+    # 16.5 us at batch 1, 23.9 vs 21.2 at 2, 129 vs 49 at 8, 656 vs 37 (kernel only) at 32.
+    if x.shape[0] == 1:
+        return torch.max_pool2d(x, *args)
     pooled = torch.max_pool2d(x.contiguous(memory_format=torch.channels_last), *args)
     return pooled.contiguous()
 
