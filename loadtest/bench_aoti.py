@@ -104,6 +104,36 @@ def measure_rss(model: str, row: str, cache_dir: str) -> str:
     return f"{model:7} {row:13} 1 runtime {one:7.1f} MB   8 runtimes {eight:7.1f} MB   +{each:5.2f} MB each"
 
 
+def overhead(cache_dir: str, rounds: int) -> None:
+    """What the Python around each AOTInductor call costs: the bare C call vs ``runtime.run``,
+    for the ctypes path and PyTorch's loader, on the MLP at batch 1 (1000 calls per round)."""
+    _, (minimal,) = load("mlp", "aoti-minimal", cache_dir, 1)
+    _, (loader,) = load("mlp", "aoti-loader", cache_dir, 1)
+    x = {"x": np.ones((1, 64), np.float32)}
+    caller = minimal._callers[1]  # type: ignore[attr-defined]
+    lib, handle, descs = caller._lib, caller._handle, (caller._in, caller._out)
+    tensors = [torch.from_numpy(x["x"])]
+    rows: dict[str, Callable[[], object]] = {
+        "ctypes: bare V2 call": lambda: lib.run_raw(handle, 1, descs[0], 1, descs[1]),
+        "ctypes: caller()": caller,
+        "ctypes: runtime.run": lambda: minimal.run(x),
+        "loader: bare run": lambda: loader.compiled.shared[1].loader.run(tensors),
+        "loader: runtime.run": lambda: loader.run(x),
+    }
+    times: dict[str, list[float]] = {name: [] for name in rows}
+    for _ in range(rounds):
+        for name, call in rows.items():
+            for _ in range(100):
+                call()
+            started = time.perf_counter()
+            for _ in range(1000):
+                call()
+            times[name].append((time.perf_counter() - started) * 1e3)
+    print(f"\nMLP batch 1, {rounds} rounds interleaved: mean us/call per round, median (range)")
+    for name, values in times.items():
+        print(f"{name:22} {statistics.median(values):7.1f} {span(values, 1):>15}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
@@ -111,6 +141,7 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=["mlp", "digits"], choices=list(MODELS))
     parser.add_argument("--rss-models", nargs="*", default=["digits", "wide"], choices=list(MODELS))
     parser.add_argument("--cache-dir", default="", help="compile cache ('' = the default, ~/.cache/inferpool)")
+    parser.add_argument("--overhead", action="store_true", help="only the per-call Python overhead table")
     parser.add_argument("--rss-child", nargs=2, metavar=("MODEL", "ROW"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rss_child:
@@ -119,6 +150,9 @@ def main() -> None:
         return
     apply_thread_plan(PLAN)
     torch.set_num_threads(1)
+    if args.overhead:
+        overhead(args.cache_dir, args.rounds)
+        return
     for model in args.models:
         runtimes: dict[str, list[Runtime]] = {}
         for row in ROWS:
