@@ -14,6 +14,7 @@ parallel with Python on other threads -- the reason this path exists.
 from __future__ import annotations
 
 import ctypes
+import struct
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -99,6 +100,22 @@ def owned_handles(constants: Mapping[str, torch.Tensor]) -> ctypes.Array[Constan
 
 class AotiError(RuntimeError):
     """A call into the compiled library returned a failure code; the message is the library's."""
+
+
+def check_elf(data: bytes) -> None:
+    """Refuse a shared library whose segments or sections reach past its end: dlopen maps such a
+    file without complaint and the process dies of SIGBUS when a missing page is touched."""
+    if len(data) < 64 or data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        raise AotiError("the compiled library is not a 64-bit little-endian ELF file")
+    phoff, shoff = struct.unpack_from("<QQ", data, 0x20)
+    phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", data, 0x36)
+    if phoff + phnum * phentsize > len(data) or shoff + shnum * shentsize > len(data):
+        raise AotiError(f"the compiled library is truncated ({len(data)} bytes; its headers lie beyond)")
+    for i in range(phnum):
+        offset, _, _, filesz = struct.unpack_from("<QQQQ", data, phoff + i * phentsize + 8)
+        if offset + filesz > len(data):
+            end = offset + filesz
+            raise AotiError(f"the compiled library is truncated ({len(data)} bytes; a segment ends at {end})")
 
 
 class MinimalArrayrefLibrary:

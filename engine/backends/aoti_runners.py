@@ -33,7 +33,14 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from engine.backends.aoti_abi import DTYPE_CODES, AotiError, ArrayRefTensor, MinimalArrayrefLibrary, describe
+from engine.backends.aoti_abi import (
+    DTYPE_CODES,
+    AotiError,
+    ArrayRefTensor,
+    MinimalArrayrefLibrary,
+    check_elf,
+    describe,
+)
 from engine.backends.aoti_compile import static_shape
 from engine.schema import Schema
 
@@ -112,11 +119,9 @@ class SharedLibrary:
 
     def __init__(self, package: Path, batch: int, schema: Schema) -> None:
         self.batch, self.schema = batch, schema
-        with zipfile.ZipFile(package) as archive, tempfile.TemporaryDirectory(prefix="inferpool-aoti-") as tmp:
-            names = [n for n in archive.namelist() if n.endswith(".so")]
-            if len(names) != 1:
-                raise AotiError(f"expected one compiled library (.so) in the package, found {len(names)}")
-            so = Path(archive.extract(names[0], tmp))
+        with tempfile.TemporaryDirectory(prefix="inferpool-aoti-") as tmp:
+            so = Path(tmp) / "model.so"
+            so.write_bytes(read_library(package))
             # Deleting the file after dlopen is fine: the mapping stays. The runner dlopens the
             # same path, so both share one copy of the code.
             self.lib = MinimalArrayrefLibrary(so)
@@ -130,11 +135,23 @@ class SharedLibrary:
         return MinimalArrayrefCaller(self)
 
 
+def read_library(package: Path) -> bytes:
+    """The package's compiled library, checked: zipfile verifies its CRC, check_elf its extent."""
+    with zipfile.ZipFile(package) as archive:
+        names = [n for n in archive.namelist() if n.endswith(".so")]
+        if len(names) != 1:
+            raise AotiError(f"expected one compiled library (.so) in the package, found {len(names)}")
+        data = archive.read(names[0])
+    check_elf(data)
+    return data
+
+
 class SharedLoader:
     """``AOTIModelPackageLoader`` with ``runners`` concurrent runners over one set of weights."""
 
     def __init__(self, package: Path, batch: int, schema: Schema, runners: int) -> None:
         self.batch, self.schema = batch, schema
+        read_library(package)  # the loader dlopens it too, and a truncated library is a SIGBUS
         self.loader = torch._C._aoti.AOTIModelPackageLoader(str(package), "model", False, runners, -1)
 
     def caller(self) -> Caller:

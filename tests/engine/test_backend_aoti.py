@@ -3,21 +3,24 @@ cache: batch sizes 1 and 4 with the minimal ArrayRef interface, batch 1 with the
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import shutil
 import threading
+import zipfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from engine import BACKENDS, InferenceModule, InvalidInput, ModelLoadError, ModelSpec, RuntimeOptions
+from engine import BACKENDS, InferenceModule, InvalidInput, ModelLoadError, ModelSpec, RuntimeOptions, ServedModel
 from engine.backends import aoti_compile
 from engine.backends.aoti import AotiRuntime
 from engine.backends.aoti_abi import DTYPE_CODES, AotiError, ArrayRefTensor, describe
 from engine.backends.aoti_runners import INTERFACES, MinimalArrayrefCaller
 from engine.options import AOTI_INTERFACES
+from engine.threads import ThreadPlan
 from engine.zoo.mlp import build
 
 # Inductor's frozen mkldnn kernels vs eager's: equal to float rounding, not bitwise.
@@ -216,11 +219,21 @@ def _damaged_cache(cache: Path, artifact, tmp_path: Path, damage) -> Path:
     return copy
 
 
+def _truncate_library(package: Path) -> None:
+    """A valid archive whose compiled library is cut short (a torn copy of the .so alone)."""
+    with zipfile.ZipFile(package) as archive:
+        entries = {name: archive.read(name) for name in archive.namelist()}
+    with zipfile.ZipFile(package, "w") as archive:
+        for name, data in entries.items():
+            archive.writestr(name, data[: len(data) // 3] if name.endswith(".so") else data)
+
+
 @pytest.mark.parametrize(
     "damage",
     [
         pytest.param(lambda p: p.write_bytes(p.read_bytes()[: p.stat().st_size // 2]), id="truncated"),
         pytest.param(lambda p: p.write_bytes(b"not a zip file" * 100), id="garbage"),
+        pytest.param(_truncate_library, id="truncated-library"),
     ],
 )
 def test_corrupt_package_is_a_model_load_error(mlp, cache, artifact, tmp_path, damage, monkeypatch):
@@ -244,3 +257,25 @@ def test_dynamic_non_batch_dims_are_refused_at_compile(tmp_path):
     spec = ModelSpec(torch.nn.Identity(), {"x": torch.zeros(1, 8)}, name="seq", dynamic_dims={"x": (1,)})
     with pytest.raises(ModelLoadError, match="dynamic non-batch dimension"):
         AotiRuntime.compile(InferenceModule.from_spec(spec), options(tmp_path))
+
+
+def test_served_model_finds_the_cached_packages(mlp, cache, artifact, compiles):
+    before = len(compiles)
+    plan = ThreadPlan(cpus=2, runtimes=2, intra_op_threads=1)
+    served = ServedModel(mlp, options(cache, warmup_iters=1), plan, max_queue=8)
+    try:
+        x = rows(3, seed=11)
+        prediction = asyncio.run(served.infer({"x": x}))
+        np.testing.assert_allclose(prediction.outputs["logits"], eager(mlp, x), rtol=RTOL, atol=ATOL)
+    finally:
+        served.close()
+    assert len(compiles) == before
+
+
+def test_truncated_library_with_the_loader_is_a_model_load_error(mlp, cache, loader_artifact, tmp_path, monkeypatch):
+    monkeypatch.setattr(aoti_compile, "compile_package", None)
+    copy = tmp_path / "cache"
+    shutil.copytree(cache, copy)
+    _truncate_library(copy / loader_artifact.packages[1].path.name)
+    with pytest.raises(ModelLoadError, match="compiled library is truncated"):
+        AotiRuntime.compile(mlp, options(copy, aoti_interface="loader", compiled_batch_sizes=(1,)))
