@@ -249,7 +249,7 @@ def test_mismatched_package_is_a_model_load_error(mlp, cache, artifact, tmp_path
     monkeypatch.setattr(aoti_compile, "compile_package", None)
     batch4 = artifact.packages[4].path
     damaged = _damaged_cache(cache, artifact, tmp_path, lambda p: shutil.copyfile(batch4, p))
-    with pytest.raises(ModelLoadError, match=r"fails on 'mlp'.*incorrect numel.*delete"):
+    with pytest.raises(ModelLoadError, match=r"fails on inputs for 'mlp'.*incorrect numel.*delete"):
         AotiRuntime.compile(mlp, options(damaged))
 
 
@@ -279,3 +279,15 @@ def test_truncated_library_with_the_loader_is_a_model_load_error(mlp, cache, loa
     _truncate_library(copy / loader_artifact.packages[1].path.name)
     with pytest.raises(ModelLoadError, match="compiled library is truncated"):
         AotiRuntime.compile(mlp, options(copy, aoti_interface="loader", compiled_batch_sizes=(1,)))
+
+
+def test_package_of_another_model_with_the_same_shapes_is_a_model_load_error(mlp, cache, artifact, tmp_path):
+    changed = build()
+    with torch.no_grad():
+        changed.module.get_parameter("layers.2.weight").mul_(2)
+    other = aoti_compile.ensure_packages(
+        InferenceModule.from_spec(changed), options(tmp_path / "other", compiled_batch_sizes=(1,))
+    )
+    damaged = _damaged_cache(cache, artifact, tmp_path, lambda p: shutil.copyfile(other[0].path, p))
+    with pytest.raises(ModelLoadError, match=r"disagrees with the eager model 'mlp' on output 'logits'.*delete"):
+        AotiRuntime.compile(mlp, options(damaged))
