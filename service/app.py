@@ -39,7 +39,13 @@ def _announce(model: ServedModel, metrics: Metrics, version: str) -> None:
 def create_app(settings: Settings) -> FastAPI:
     metrics = Metrics(tuple(settings.latency_buckets)) if settings.latency_buckets else Metrics()
     version = _version()
-    host = ModelHost(settings, on_ready=lambda model: _announce(model, metrics, version))
+    activity = Activity()
+
+    def ready(model: ServedModel) -> None:
+        activity.admit(model.pool.size + model.max_queue)
+        _announce(model, metrics, version)
+
+    host = ModelHost(settings, on_ready=ready)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -71,8 +77,8 @@ def create_app(settings: Settings) -> FastAPI:
         app.add_middleware(ApiKeyAuth, key=settings.api_key.get_secret_value(), exempt=exempt, metrics=metrics)
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"])
-    app.state.activity = Activity()
-    app.add_middleware(RequestContext, metrics=metrics, activity=app.state.activity)
+    app.state.activity = activity
+    app.add_middleware(RequestContext, metrics=metrics, activity=activity)
     app.openapi = model_aware_openapi(  # type: ignore[method-assign]
         app,
         lambda: host.default.schema if host.default else None,

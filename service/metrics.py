@@ -34,7 +34,9 @@ SERVER_TIMING = "decode;dur=%.3f, queue;dur=%.3f, batch;dur=%.3f, inference;dur=
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 # Refusals that protect the service (the client should retry elsewhere or later), as opposed
 # to failures (the request itself or the model is at fault).
-REJECTION_REASONS = frozenset({"queue_full", "not_ready", "body_too_large", "predicted_wait", "deadline", "auth"})
+REJECTION_REASONS = frozenset(
+    {"queue_full", "not_ready", "body_too_large", "predicted_wait", "deadline", "auth", "load_shed"}
+)
 
 
 def multiprocess_dir() -> str | None:

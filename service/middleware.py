@@ -1,6 +1,16 @@
-"""Per-request context as a pure ASGI middleware: request id, timing, request metrics.
+"""Per-request context as a pure ASGI middleware: request id, timing, request metrics, and
+load shedding at the door.
 
 Pure ASGI rather than ``BaseHTTPMiddleware``: no extra task or body copy per request.
+
+Load shedding: the engine's admission control only sees a request once its body has been read
+and decoded. When the event loop itself is the bottleneck (a model so fast that parsing,
+routing and encoding cost more than inference: the digits CNN), requests pile up *before* that
+point, each one a task the loop must advance, and every request's latency grows with the pile
+while the engine's queue looks empty (at 1.5x capacity: 0 refusals from the engine, 9,095 504s,
+admitted requests answered 140 ms after being sent against a 100 ms deadline). So the outermost
+layer also bounds the requests inside the process, to what the models can hold (runtimes +
+max_queue each), and answers the rest at once with a prebuilt 503: no routing, no body read.
 """
 
 from __future__ import annotations
@@ -17,12 +27,24 @@ from service.metrics import Metrics
 STARTED = "inferpool.started"  # scope keys the /predict route reads and writes
 INFERENCE = "inferpool.inference"
 MAX_REQUEST_ID = 128
+NEVER_SHED = ("/health", "/v2/health", "/metrics")  # probes and scrapes must answer under overload
+SHED_RESPONSE_HEADERS = [
+    (b"content-type", b"application/json"),
+    (b"retry-after", b"1"),
+]
 
 
 class Activity:
     """Requests being answered right now; the drain on SIGTERM waits for zero."""
 
     active = 0
+    limit: int | None = None
+    """Most requests inside the process before new ones are shed (None: no limit yet, while
+    the models load)."""
+
+    def admit(self, model_capacity: int) -> None:
+        """A model is ready: it can hold ``model_capacity`` requests (runtimes + its queue)."""
+        self.limit = (self.limit or 0) + model_capacity
 
 
 class RequestContext:
@@ -39,6 +61,12 @@ class RequestContext:
             return
         started = scope[STARTED] = time.perf_counter()
         rid = _client_request_id(scope) or next(self._ids)
+        limit = self.activity.limit
+        if limit is not None and self.activity.active >= limit and not scope["path"].startswith(NEVER_SHED):
+            await self._shed(send, rid, limit)
+            self.metrics.observe_error("load_shed")
+            self.metrics.observe_request("shed", 503, time.perf_counter() - started, None)
+            return
         request_id.set(rid)
         status = 500
 
@@ -57,6 +85,13 @@ class RequestContext:
             # The route template, never the raw path: raw paths would be unbounded labels.
             route = getattr(scope.get("route"), "path", "unmatched")
             self.metrics.observe_request(route, status, time.perf_counter() - started, scope.get(INFERENCE))
+
+    @staticmethod
+    async def _shed(send: Send, rid: str, limit: int) -> None:
+        body = b'{"error":"overloaded: %d requests are already in progress; retry later"}' % limit
+        headers = [*SHED_RESPONSE_HEADERS, (b"content-length", b"%d" % len(body)), (b"x-request-id", rid.encode())]
+        await send({"type": "http.response.start", "status": 503, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
 
 
 def _client_request_id(scope: Scope) -> str | None:

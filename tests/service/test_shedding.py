@@ -1,0 +1,93 @@
+"""Load shedding at the door: more requests inside the process than the models can hold get an
+immediate 503 before any routing or body reading; probes and scrapes are never shed."""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx2
+import numpy as np
+import orjson
+from starlette.types import Message, Receive, Scope, Send
+
+from loadtest.server import run_server, wait_ready
+from service.metrics import Metrics
+from service.middleware import Activity, RequestContext
+from tests.service.conftest import metric_total
+
+SAMPLE = np.zeros((1, 8, 8)).tolist()
+
+
+def call(context: RequestContext, path: str) -> list[Message]:
+    sent: list[Message] = []
+
+    async def receive() -> Message:
+        return {"type": "http.request", "body": b"{}", "more_body": False}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": path, "headers": []}
+    asyncio.run(context(scope, receive, send))
+    return sent
+
+
+def test_over_the_limit_a_request_is_answered_503_without_reaching_the_app():
+    reached: list[str] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        reached.append(scope["path"])
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    metrics, activity = Metrics(), Activity()
+    context = RequestContext(app, metrics=metrics, activity=activity)
+    assert call(context, "/predict")[0]["status"] == 200  # no limit while the models load
+    activity.admit(3)
+    activity.active = 3  # three requests already inside
+    start, body = call(context, "/predict")
+    assert reached == ["/predict"]
+    assert start["status"] == 503
+    headers = dict(start["headers"])
+    assert headers[b"retry-after"] == b"1"
+    assert headers[b"content-type"] == b"application/json"
+    assert headers[b"x-request-id"]
+    assert int(headers[b"content-length"]) == len(body["body"])
+    assert "3 requests are already in progress" in orjson.loads(body["body"])["error"]
+    for probe in ("/health/ready", "/v2/health/live", "/metrics"):
+        assert call(context, probe)[0]["status"] == 200
+    activity.active = 2
+    assert call(context, "/predict")[0]["status"] == 200
+    assert activity.active == 2  # every request that got in went out again
+    text = metrics.render().decode()
+    assert metric_total(text, "inferpool_rejections_total", reason="load_shed") == 1
+
+
+def test_a_real_server_sheds_what_its_models_cannot_hold_and_keeps_answering_probes(tmp_path):
+    # One 20 ms runtime and no queue: room for one request inside; 8 clients send at once.
+    args = ("--model", "tests.slow_model:slow_calls", "--runtime.num-runtimes", "1", "--max-queue", "0")
+    with run_server(tmp_path, *args) as server:
+        wait_ready(server)
+
+        def ask(_: int) -> tuple[int, str, str]:
+            with httpx2.Client(base_url=server.url) as http:
+                response = http.post("/predict", json={"inputs": SAMPLE})
+                return response.status_code, response.headers.get("retry-after", ""), response.text
+
+        with ThreadPoolExecutor(8) as pool:
+            results = list(pool.map(ask, range(48)))
+            ready = httpx2.get(server.url + "/health/ready").status_code
+        text = httpx2.get(server.url + "/metrics").text
+    statuses = [status for status, _, _ in results]
+    assert set(statuses) <= {200, 503}, statuses
+    assert 200 in statuses
+    refused = [(retry, body) for status, retry, body in results if status == 503]
+    assert refused, statuses
+    assert all(retry == "1" and orjson.loads(body)["error"] for retry, body in refused)
+    assert ready == 200
+    shed = metric_total(text, "inferpool_rejections_total", reason="load_shed")
+    refused_by_engine = sum(
+        metric_total(text, "inferpool_rejections_total", reason=reason) for reason in ("queue_full", "predicted_wait")
+    )
+    assert shed + refused_by_engine == len(refused)
