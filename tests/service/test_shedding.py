@@ -1,4 +1,4 @@
-"""Load shedding at the door: more requests inside the process than the models can hold get an
+"""Load shedding at the door: more requests inside the process than the models hold get an
 immediate 503 before any routing or body reading; probes and scrapes are never shed."""
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ def test_over_the_limit_a_request_is_answered_503_without_reaching_the_app():
     metrics, activity = Metrics(), Activity()
     context = RequestContext(app, metrics=metrics, activity=activity)
     assert call(context, "/predict")[0]["status"] == 200  # no limit while the models load
-    activity.admit(3)
-    activity.active = 3  # three requests already inside
+    activity.admit(3)  # a model that holds 3
+    activity.active = 3  # and three requests already inside
     start, body = call(context, "/predict")
     assert reached == ["/predict"]
     assert start["status"] == 503
@@ -57,7 +57,7 @@ def test_over_the_limit_a_request_is_answered_503_without_reaching_the_app():
     assert "3 requests are already in progress" in orjson.loads(body["body"])["error"]
     for probe in ("/health/ready", "/v2/health/live", "/metrics"):
         assert call(context, probe)[0]["status"] == 200
-    activity.active = 2
+    activity.active = 2  # one of them answered: room at the door again
     assert call(context, "/predict")[0]["status"] == 200
     assert activity.active == 2  # every request that got in went out again
     text = metrics.render().decode()
@@ -65,7 +65,7 @@ def test_over_the_limit_a_request_is_answered_503_without_reaching_the_app():
 
 
 def test_a_real_server_sheds_what_its_models_cannot_hold_and_keeps_answering_probes(tmp_path):
-    # One 20 ms runtime and no queue: room for one request inside; 8 clients send at once.
+    # One 20 ms runtime and no queue: the engine holds one request; 8 clients send at once.
     args = ("--model", "tests.slow_model:slow_calls", "--runtime.num-runtimes", "1", "--max-queue", "0")
     with run_server(tmp_path, *args) as server:
         wait_ready(server)
