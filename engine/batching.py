@@ -139,7 +139,8 @@ class Batcher:
 
         Everything already queued is taken first: a request that waited in the queue longer
         than ``max_delay`` (the workers were busy) is due at once, and must not run alone
-        while its companions sit in the queue behind it. Then the earliest-due batch among
+        while its companions sit in the queue behind it (admission bounds the queue to
+        runtimes + max_queue requests, so this ends). Then the earliest-due batch among
         the full ones and the due partial ones runs (first come, first served across shapes,
         so none starves); if none is due, the leader waits for more requests until one is.
         """
