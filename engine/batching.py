@@ -137,16 +137,20 @@ class Batcher:
     def _form(self, batch: list[Request]) -> bool:
         """Put the next batch to run into ``batch``; True if a shutdown sentinel was taken.
 
-        Everything already queued is taken first: a request that waited in the queue longer
-        than ``max_delay`` (the workers were busy) is due at once, and must not run alone
-        while its companions sit in the queue behind it (admission bounds the queue to
-        runtimes + max_queue requests, so this ends). Then the earliest-due batch among
+        What is already queued is taken first, until a batch is full: a request that waited
+        in the queue longer than ``max_delay`` (the workers were busy) is due at once, and
+        must not run alone while its companions sit in the queue behind it; but a full batch
+        cannot grow, so it does not wait for the rest of the queue to be validated (that
+        delayed the first batch of 40 queued requests from 11 to 207 ms with a 5 ms
+        preprocess). Then the earliest-due batch among
         the full ones and the due partial ones runs (first come, first served across shapes,
         so none starves); if none is due, the leader waits for more requests until one is.
         """
         ready, groups = self._ready, self._groups
         while True:
             try:
+                if ready:  # a full batch cannot grow: choose now, let the next leader drain on
+                    raise Empty
                 request = self._queue.get(block=False)
             except Empty:
                 now = time.monotonic()

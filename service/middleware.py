@@ -35,7 +35,8 @@ SHED_RESPONSE_HEADERS = [
 
 
 class Activity:
-    """Requests being answered right now; the drain on SIGTERM waits for zero."""
+    """Requests whose body has arrived and whose answer is not yet sent (GETs are not
+    counted); the drain on SIGTERM waits for zero."""
 
     def __init__(self) -> None:
         self.active = 0
@@ -72,14 +73,26 @@ class RequestContext:
         started = scope[STARTED] = time.perf_counter()
         rid = _client_request_id(scope) or next(self._ids)
         limit = self.activity.limit
-        if limit is not None and self.activity.active >= limit and not scope["path"].startswith(NEVER_SHED):
+        path = scope["path"]
+        if limit is not None and self.activity.active >= limit and not _never_shed(path):
             await self._shed(send, rid, limit)
             self.metrics.observe_error("load_shed")
             self.metrics.observe_request("shed", 503, time.perf_counter() - started, None)
             return
         request_id.set(rid)
         status = 500
-        answered = False
+        counted = answered = False
+
+        async def counting_receive() -> Message:
+            # Counted in once its body is all here, not at the door: a client that stalls
+            # halfway through an upload must not hold a place (70 stalled uploads shut every
+            # other client out when counted at the door). Only the event loop thread counts.
+            nonlocal counted
+            message = await receive()
+            if not counted and message["type"] == "http.request" and not message.get("more_body", False):
+                counted = True
+                self.activity.active += 1
+            return message
 
         async def send_with_id(message: Message) -> None:
             nonlocal status, answered
@@ -89,18 +102,16 @@ class RequestContext:
             elif not message.get("more_body", False) and not answered:
                 # Counted out when its answer is complete, not when its task ends: the client
                 # may already have sent its next request, and a task that has answered can
-                # still be waiting for the loop (64 closed-loop clients were seen as 66
-                # requests inside, and shed, when counted out at the end of the task).
+                # still be waiting for the loop.
                 answered = True
-                self.activity.active -= 1
+                self.activity.active -= counted
             await send(message)
 
-        self.activity.active += 1  # only the event loop thread touches it
         try:
-            await self.app(scope, receive, send_with_id)
+            await self.app(scope, receive if scope["method"] == "GET" else counting_receive, send_with_id)
         finally:
             if not answered:
-                self.activity.active -= 1
+                self.activity.active -= counted
             # The route template, never the raw path: raw paths would be unbounded labels.
             route = getattr(scope.get("route"), "path", "unmatched")
             self.metrics.observe_request(route, status, time.perf_counter() - started, scope.get(INFERENCE))
@@ -111,6 +122,10 @@ class RequestContext:
         headers = [*SHED_RESPONSE_HEADERS, (b"content-length", b"%d" % len(body)), (b"x-request-id", rid.encode())]
         await send({"type": "http.response.start", "status": 503, "headers": headers})
         await send({"type": "http.response.body", "body": body})
+
+
+def _never_shed(path: str) -> bool:
+    return path.startswith(NEVER_SHED) or path.endswith("/ready")  # v2's per-model readiness too
 
 
 def _client_request_id(scope: Scope) -> str | None:

@@ -155,6 +155,36 @@ def test_shapes_interleaved_under_load_still_fill_their_batches():
     assert sorted(fake.calls) == [(8, 3), (8, 3), (8, 5), (8, 5)]
 
 
+def test_a_full_batch_runs_before_the_rest_of_the_queue_is_validated():
+    events: list[str] = []
+
+    def slow_coerce(inputs):
+        time.sleep(0.005)  # a handler's preprocess (tokenising) or a large input's validation
+        events.append("coerce")
+        return {"x": np.asarray(inputs, dtype=np.float32)}, False
+
+    def run(arrays):
+        events.append("run")
+        return {"y": arrays["x"] * 2}
+
+    batcher = Batcher(
+        threads=2, name="test", max_batch_size=2, max_delay=5.0, preferred=(), coerce=slow_coerce, run=run,
+        done=lambda samples: None, call_seconds=lambda rows: 0.01, initializer=lambda: None,
+    )  # fmt: skip
+
+    async def many():
+        return await asyncio.gather(*(batcher.submit([[float(i)]], 1, None) for i in range(20)))
+
+    try:
+        results = asyncio.run(many())
+    finally:
+        batcher.close()
+    for i, p in enumerate(results):
+        np.testing.assert_array_equal(p.outputs["y"], [[2.0 * i]])
+    # The first pair ran long before the 20th request was validated.
+    assert events.index("run") < len(events) - 1 - events[::-1].index("coerce") - 10, events
+
+
 def test_a_full_group_runs_and_its_overflow_starts_the_next_batch():
     fake = FakeModel()
     batcher = fake.batcher(max_delay=0.05)

@@ -64,6 +64,49 @@ def test_over_the_limit_a_request_is_answered_503_without_reaching_the_app():
     assert metric_total(text, "inferpool_rejections_total", reason="load_shed") == 1
 
 
+def test_a_stalled_upload_holds_no_place_at_the_door():
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        while (await receive()).get("more_body"):
+            pass
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    activity = Activity()
+    context = RequestContext(app, metrics=Metrics(), activity=activity)
+    activity.admit(1)
+
+    async def scenario() -> tuple[int, int, int]:
+        rest = asyncio.Event()
+        chunks = iter([{"type": "http.request", "body": b"{", "more_body": True}])
+
+        async def stalled_receive() -> Message:
+            chunk = next(chunks, None)
+            if chunk is None:  # the client stops sending halfway through its body
+                await rest.wait()
+                chunk = {"type": "http.request", "body": b"}", "more_body": False}
+            return chunk
+
+        sent: list[Message] = []
+
+        async def sink(message: Message) -> None:
+            sent.append(message)
+
+        scope = {"type": "http", "method": "POST", "path": "/predict", "headers": []}
+        stalled = asyncio.create_task(context(dict(scope), stalled_receive, sink))
+        await asyncio.sleep(0.01)
+        waiting = activity.active  # the stalled upload is not counted
+        other = await asyncio.to_thread(call, context, "/predict")  # a complete request gets in
+        rest.set()
+        await stalled
+        return waiting, other[0]["status"], sent[0]["status"]
+
+    waiting, other, stalled = asyncio.run(scenario())
+    assert waiting == 0
+    assert other == 200
+    assert stalled == 200
+    assert activity.active == 0
+
+
 def test_a_real_server_sheds_what_its_models_cannot_hold_and_keeps_answering_probes(tmp_path):
     # One 20 ms runtime and no queue: the engine holds one request; 8 clients send at once.
     args = ("--model", "tests.slow_model:slow_calls", "--runtime.num-runtimes", "1", "--max-queue", "0")
