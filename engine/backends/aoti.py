@@ -92,10 +92,9 @@ def _check_parity(module: InferenceModule, package: Package, caller: Caller) -> 
 class AotiRuntime(Runtime):
     """One runtime: its own caller per compiled batch size and its own padded input buffers."""
 
+    shared = ("packages", AotiArtifact)
+
     def __init__(self, module: InferenceModule, options: RuntimeOptions, compiled: Any = None) -> None:
-        if not isinstance(compiled, AotiArtifact):
-            # Loading packages here would give each runtime its own weights.
-            raise TypeError("AotiRuntime needs the shared packages: pass compiled=AotiRuntime.compile(module, options)")
         super().__init__(module, options, compiled)
         self._sizes = compiled.sizes
         # The compiled size each request size up to the largest runs at (the common case).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from engine.module import InferenceModule
 from engine.options import RuntimeOptions
@@ -19,7 +19,16 @@ class Runtime(ABC):
     the schema and returns arrays keyed by output name.
     """
 
+    shared: ClassVar[tuple[str, type] | None] = None
+    """For backends with a shared artifact: its name in errors and its type. A runtime built
+    without it would load its own (each runtime its own weights), so that is refused."""
+
     def __init__(self, module: InferenceModule, options: RuntimeOptions, compiled: Any = None) -> None:
+        if self.shared is not None:
+            what, kind = self.shared
+            if compiled is None or not isinstance(compiled, kind):
+                name = type(self).__name__
+                raise TypeError(f"{name} needs the shared {what}: pass compiled={name}.compile(module, options)")
         self.module = module
         self.options = options
         self.compiled = compiled

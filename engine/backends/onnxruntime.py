@@ -140,10 +140,9 @@ def check_parity(module: InferenceModule, session: Any) -> None:
 class OnnxRuntime(Runtime):
     """Runs the shared ``onnxruntime.InferenceSession`` built by :meth:`compile`."""
 
+    shared = ("session", object)
+
     def __init__(self, module: InferenceModule, options: RuntimeOptions, compiled: Any = None) -> None:
-        if compiled is None:
-            # Building a session here would silently give each runtime its own weights.
-            raise TypeError("OnnxRuntime needs the shared session: pass compiled=OnnxRuntime.compile(module, options)")
         super().__init__(module, options, compiled)
         self._inputs = tuple(s.name for s in module.schema.inputs)
         self._outputs = [s.name for s in module.schema.outputs]

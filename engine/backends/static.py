@@ -99,15 +99,16 @@ def check_parity(module: InferenceModule, plan: Plan, program: Program, mode: st
 class StaticRuntime(Runtime):
     """Runs the shared :class:`StaticModel` with this runtime's own buffers."""
 
+    shared = ("plan", StaticModel)
+
     def __init__(
         self, module: InferenceModule, options: RuntimeOptions, compiled: Any = None, *, executor: str = "codegen"
     ) -> None:
-        if not isinstance(compiled, StaticModel):
-            raise TypeError("StaticRuntime needs the shared plan: pass compiled=StaticRuntime.compile(module, options)")
-        super().__init__(module, options, compiled)
-        program = compiled.program(options, executor)
-        self._forward, self._managed, self._plan = program.forward, program.managed, compiled.plan
-        self._input_names = tuple(name for name, _ in compiled.plan.inputs)
+        super().__init__(module, options, compiled)  # checks that it is a StaticModel
+        model: StaticModel = compiled
+        program = model.program(options, executor)
+        self._forward, self._managed, self._plan = program.forward, program.managed, model.plan
+        self._input_names = tuple(name for name, _ in model.plan.inputs)
         self._buffers: OrderedDict[tuple[tuple[int, ...], ...], Buffers] = OrderedDict()
 
     @property

@@ -108,11 +108,9 @@ def _check_parity(module: InferenceModule, static: Any, origin: str, tracer_warn
 class TorchScriptRuntime(Runtime):
     """Calls the shared StaticModule built by :meth:`compile`."""
 
+    shared = ("module", StaticArtifact)
+
     def __init__(self, module: InferenceModule, options: RuntimeOptions, compiled: Any = None) -> None:
-        if not isinstance(compiled, StaticArtifact):
-            raise TypeError(
-                "TorchScriptRuntime needs the shared module: pass compiled=TorchScriptRuntime.compile(module, options)"
-            )
         super().__init__(module, options, compiled)
         self._names = tuple(s.name for s in module.schema.inputs)
         self._static, self._lock = compiled.static, compiled.lock
