@@ -4,6 +4,7 @@ No web framework is imported here; ``service`` is one front end built on this AP
 """
 
 from engine.backends import BACKENDS, Runtime
+from engine.client import EngineClient, ModelInfo, ModelStats
 from engine.errors import (
     ConfigError,
     DeadlineExceeded,
@@ -31,13 +32,16 @@ __all__ = [
     "DEFAULT_MODEL",
     "ConfigError",
     "DeadlineExceeded",
+    "EngineClient",
     "EngineError",
     "Handler",
     "InferenceModule",
     "InvalidInput",
     "ModelFailed",
+    "ModelInfo",
     "ModelLoadError",
     "ModelSpec",
+    "ModelStats",
     "NonFiniteOutput",
     "NotReady",
     "Overloaded",

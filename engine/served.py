@@ -23,6 +23,7 @@ from engine.admission import Admission, ServiceTimes, count_samples
 from engine.backends import Runtime
 from engine.backends.autoselect import resolve_backend
 from engine.batching import Batcher
+from engine.client import ModelInfo, ModelStats
 from engine.dispatch import Dispatch, InlineDispatch
 from engine.errors import ConfigError, DeadlineExceeded, EngineError, InvalidInput, ModelFailed, NotReady, Overloaded
 from engine.faults import check_finite
@@ -185,7 +186,9 @@ class ServedModel:
     def schema(self) -> Schema:
         return self.module.schema
 
-    async def infer(self, inputs: object, deadline: float | None = None) -> Prediction:
+    async def infer(
+        self, inputs: object, deadline: float | None = None, request_id: str | None = None
+    ) -> Prediction:
         """Validate and run one request on a worker thread.
 
         ``deadline`` is an absolute ``time.monotonic()`` value (None = none). Raises
@@ -312,18 +315,38 @@ class ServedModel:
             self.replaced_runtimes += 1
         log.warning("model %r: replaced a runtime after the model failed on it", self.name)
 
-    def describe(self) -> dict[str, str]:
-        """How this model is being served, for logs and the info metric."""
-        return {
-            "model": self.name,
-            "backend": self.selection.name,
-            "dispatch": self.dispatch_mode,
-            "max_batch_size": str(self.options.max_batch_size),
-            "runtimes": str(self.plan.runtimes),
-            "intra_op_threads": str(self.plan.intra_op_threads),
-            "usable_cpus": str(self.plan.cpus),
-            "torch_version": torch.__version__,
-        }
+    @property
+    def info(self) -> ModelInfo:
+        return ModelInfo(
+            name=self.name,
+            backend=self.selection.name,
+            dispatch=self.dispatch_mode,
+            max_batch_size=self.options.max_batch_size,
+            runtimes=self.plan.runtimes,
+            intra_op_threads=self.plan.intra_op_threads,
+            usable_cpus=self.plan.cpus,
+            capacity=self.plan.runtimes + self.max_queue,
+            torch_version=torch.__version__,
+            handler=self.handler,
+            backend_selection=self.selection.report() if self.selection.trials else None,
+        )
+
+    def stats(self) -> ModelStats:
+        pool = self.pool
+        size, idle = pool.size, pool.idle
+        return ModelStats(
+            in_flight=self.in_flight,
+            runtimes=size,
+            planned_runtimes=self.plan.runtimes,
+            busy_runtimes=size - idle,
+            idle_runtimes=idle,
+            worker_threads=self.worker_threads,
+            live_workers=self.live_workers,
+            replaced_runtimes=self.replaced_runtimes,
+            failed_replacements=self.failed_replacements,
+            replaced_workers=self.replaced_workers,
+            accepting=self.accepting,
+        )
 
     @property
     def worker_threads(self) -> int:

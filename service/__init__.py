@@ -1,1 +1,1 @@
-"""InferPool's HTTP front end. Talks to the engine only through ``engine.ServedModel``."""
+"""InferPool's HTTP front end. Talks to the engine only through ``engine.EngineClient``."""

@@ -12,7 +12,7 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from config import Settings
-from engine import ServedModel
+from engine import EngineClient
 from service.auth import ApiKeyAuth
 from service.errors import install_error_handlers
 from service.host import ModelHost
@@ -31,9 +31,9 @@ def _version() -> str:
         return "0+unknown"
 
 
-def _announce(model: ServedModel, metrics: Metrics, version: str) -> None:
+def _announce(model: EngineClient, metrics: Metrics, version: str) -> None:
     metrics.model_ready(model, version)
-    log.info("serving %s", " ".join(f"{k}={v}" for k, v in model.describe().items()))
+    log.info("serving %s", " ".join(f"{k}={v}" for k, v in model.info.labels().items()))
 
 
 def create_app(settings: Settings) -> FastAPI:
@@ -41,8 +41,8 @@ def create_app(settings: Settings) -> FastAPI:
     version = _version()
     activity = Activity()
 
-    def ready(model: ServedModel) -> None:
-        activity.admit(model.pool.size + model.max_queue)
+    def ready(model: EngineClient) -> None:
+        activity.admit(model.info.capacity)
         _announce(model, metrics, version)
 
     host = ModelHost(settings, on_ready=ready)
@@ -82,7 +82,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.openapi = model_aware_openapi(  # type: ignore[method-assign]
         app,
         lambda: host.default.schema if host.default else None,
-        lambda: host.default.handler if host.default else None,
+        lambda: host.default.info.handler if host.default else None,
         lambda path: settings.api_key is not None and path not in settings.auth_exempt,
     )
     return app

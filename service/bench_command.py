@@ -106,7 +106,7 @@ def run(settings: Settings, serve_args: list[str], limits: Limits, inputs: objec
                               name=plan.name, handler=plan.handler)  # fmt: skip
     sys.setswitchinterval(settings.switch_interval)  # as the server does
     payload = inputs if inputs is not None else _payload(served)
-    chosen = served.describe()["backend"]
+    chosen = served.info.backend
     if chosen != plan.options.backend:
         # ``auto`` chose here; the server must serve that same backend, not time its own pick.
         serve_args = [*serve_args, "--runtime.backend", chosen]

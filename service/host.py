@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from config import Settings
-from engine import NotReady, RuntimeOptions, ServedModel
+from engine import EngineClient, NotReady, RuntimeOptions, ServedModel
 from service.apierror import ApiError
 
 log = logging.getLogger(__name__)
@@ -34,11 +34,11 @@ def plans(settings: Settings) -> list[ModelPlan]:
 class ModelHost:
     """Owns the ServedModels' lifecycle: loading -> ready -> closed (or failed)."""
 
-    def __init__(self, settings: Settings, on_ready: Callable[[ServedModel], None] | None = None) -> None:
+    def __init__(self, settings: Settings, on_ready: Callable[[EngineClient], None] | None = None) -> None:
         self.settings = settings
         self._on_ready = on_ready
-        self.models: dict[str, ServedModel] = {}
-        self.default: ServedModel | None = None
+        self.models: dict[str, EngineClient] = {}
+        self.default: EngineClient | None = None
         self.error: str | None = None
         self.draining = False  # set on SIGTERM: new requests are refused, accepted ones finish
         self._loader = threading.Thread(target=self._load, name="inferpool-loader", daemon=True)
@@ -58,9 +58,9 @@ class ModelHost:
         if self.draining or not self.default.accepting:
             return "stopping"
         # A worker thread died and its replacement is not up, or the pool lost a runtime.
-        return "ready" if all(model.healthy for model in self.models.values()) else "degraded"
+        return "ready" if all(model.stats().healthy for model in self.models.values()) else "degraded"
 
-    def get(self, name: str | None = None) -> ServedModel:
+    def get(self, name: str | None = None) -> EngineClient:
         """A model by name (the default one without), NotReady (503) while the host is not
         serving, ApiError 404 for a name it does not serve."""
         default = self.default
@@ -83,7 +83,7 @@ class ModelHost:
         settings = self.settings
         todo = plans(settings)
         try:
-            loaded: dict[str, ServedModel] = {}
+            loaded: dict[str, EngineClient] = {}
             for plan in todo:
                 # Every pool gets an equal share of the CPUs: workers x models shares.
                 model = ServedModel.load(

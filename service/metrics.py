@@ -18,7 +18,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
 
-from engine import ServedModel
+from engine import EngineClient
 
 log = logging.getLogger(__name__)
 
@@ -106,14 +106,14 @@ class Metrics:
             labels=("version", "model", "backend", "dispatch", "torch_version"),
         )
 
-    def model_ready(self, model: ServedModel, version: str) -> None:
-        facts = model.describe()
-        self.runtimes.labels(model.name).set(model.pool.size)
-        self.threads.labels(model.name).set(model.plan.threads)
-        self.info.labels(version, model.name, facts["backend"], facts["dispatch"], facts["torch_version"]).set(1)
+    def model_ready(self, model: EngineClient, version: str) -> None:
+        info = model.info
+        self.runtimes.labels(model.name).set(info.runtimes)
+        self.threads.labels(model.name).set(info.threads)
+        self.info.labels(version, model.name, info.backend, info.dispatch, info.torch_version).set(1)
         self.refresh(model, force=True)
 
-    def refresh(self, model: ServedModel, *, force: bool = False) -> None:
+    def refresh(self, model: EngineClient, *, force: bool = False) -> None:
         """Copy the pool's live state into the gauges. Requests call it, but it writes at most
         every REFRESH_SECONDS (seven labelled writes per request showed up in profiles); a
         scrape forces it, so a single process always reports its exact state."""
@@ -121,13 +121,13 @@ class Metrics:
         if not force and now - self._refreshed.get(model.name, -REFRESH_SECONDS) < REFRESH_SECONDS:
             return
         self._refreshed[model.name] = now
-        busy = model.busy_runtimes
-        self.in_flight.labels(model.name).set(model.in_flight)
-        self.runtimes_busy.labels(model.name).set(busy)
-        self.runtimes_idle.labels(model.name).set(model.pool.size - busy)
-        self.queue_depth.labels(model.name).set(max(0, model.in_flight - busy))
-        self._count_up(self.runtime_replacements, model.name, model.replaced_runtimes)
-        self._count_up(self.worker_replacements, model.name, model.replaced_workers)
+        stats = model.stats()
+        self.in_flight.labels(model.name).set(stats.in_flight)
+        self.runtimes_busy.labels(model.name).set(stats.busy_runtimes)
+        self.runtimes_idle.labels(model.name).set(stats.idle_runtimes)
+        self.queue_depth.labels(model.name).set(stats.queued)
+        self._count_up(self.runtime_replacements, model.name, stats.replaced_runtimes)
+        self._count_up(self.worker_replacements, model.name, stats.replaced_workers)
 
     def _count_up(self, counter: Counter, model: str, total: int) -> None:
         """The engine keeps running totals; a counter needs the increments since last time."""

@@ -10,7 +10,7 @@ import time
 
 from fastapi import APIRouter, Request, Response
 
-from engine import ServedModel
+from engine import EngineClient
 from service.apierror import ApiError
 from service.codec import json_response, read_body
 from service.deps import HostDep, host_of, metrics_of
@@ -22,7 +22,7 @@ router = APIRouter(prefix="/v2", tags=["Open Inference Protocol v2"], responses=
 VERSION = "1"  # one version per model for now; /versions/1 and no version address it
 
 
-def _model(request: Request, name: str, version: str | None) -> ServedModel:
+def _model(request: Request, name: str, version: str | None) -> EngineClient:
     model = host_of(request).get(name)
     if version not in (None, VERSION):
         raise ApiError(404, f"model {name!r} has no version {version!r}; it has {VERSION!r}", "unknown_model")
@@ -49,7 +49,7 @@ async def ready(host: HostDep) -> Response:
 @router.get("/models/{name}/versions/{version}", summary="Model metadata (one version)")
 async def model_metadata(request: Request, name: str, version: str | None = None) -> Response:
     model = _model(request, name, version)
-    return json_response(metadata(model.name, model.schema, VERSION, model.handler))
+    return json_response(metadata(model.name, model.schema, VERSION, model.info.handler))
 
 
 @router.get("/models/{name}/config", summary="Model configuration")
@@ -58,13 +58,17 @@ async def model_config(request: Request, name: str, version: str | None = None) 
     """How the model is served, after Triton's model configuration: the backend serving it and,
     in `backend_selection`, the configured one and (for `auto`) every candidate's timings."""
     model = _model(request, name, version)
-    facts = model.describe()
+    info = model.info
     return json_response(
         {
-            "name": model.name,
-            "backend": facts["backend"],
-            "max_batch_size": int(facts["max_batch_size"]),
-            "backend_selection": model.selection.report(),
+            "name": info.name,
+            "backend": info.backend,
+            "dispatch": info.dispatch,
+            "max_batch_size": info.max_batch_size,
+            "runtimes": info.runtimes,
+            "intra_op_threads": info.intra_op_threads,
+            "backend_selection": info.backend_selection,
+            "dispatch_selection": info.dispatch_selection,
         }
     )
 

@@ -113,7 +113,7 @@ def test_served_model_builds_its_pool_from_the_chosen_artifact(digits_module, fa
         assert COMPILES == {"Counted": 1, "CountedToo": 1}  # each candidate once, the winner not again
         assert chosen.compiled == (type(model.pool.runtimes[0]).__name__, 1)
         assert all(runtime.compiled is chosen.compiled for runtime in model.pool.runtimes)
-        assert model.describe()["backend"] == chosen.name
+        assert model.info.backend == chosen.name
         assert chosen.name in ("counted", "counted_too")
         report = json.loads(json.dumps(chosen.report()))  # JSON-ready as it is
         assert report["configured"] == AUTO

@@ -1,0 +1,113 @@
+"""The engine's narrow, typed client: all a front end (HTTP, gRPC, a benchmark) may use.
+
+A front end asks a model for its ``name`` and ``schema``, awaits ``infer``, reads ``info``
+(what is serving, fixed at load) and ``stats()`` (live counts, cheap enough for every scrape),
+and calls ``close``. Nothing else: no pool, plan, module or backend objects cross this line,
+so the engine can change how it runs a request without touching a front end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from engine.handlers import Handler
+from engine.requests import Prediction
+from engine.schema import Schema
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    """How a model is served; fixed once it is loaded."""
+
+    name: str
+    backend: str
+    """The backend serving it (for ``auto``: the one chosen)."""
+    dispatch: str
+    """The executor running its requests: ``inline``, ``threads`` or ``batch``."""
+    max_batch_size: int
+    runtimes: int
+    intra_op_threads: int
+    usable_cpus: int
+    capacity: int
+    """Requests it holds at once: runtimes + max_queue (more are refused)."""
+    torch_version: str
+    handler: Handler | None = None
+    """Pre- and post-processing around the model (None: tensors in and out)."""
+    backend_selection: dict[str, Any] | None = None
+    """For ``auto``: the table the backend was chosen from."""
+    dispatch_selection: dict[str, Any] | None = None
+    """For ``dispatch = "auto"``: the figures the executor was chosen from."""
+
+    @property
+    def threads(self) -> int:
+        return self.runtimes * self.intra_op_threads
+
+    def labels(self) -> dict[str, str]:
+        """The facts as strings, for a log line or an info metric."""
+        return {
+            "model": self.name,
+            "backend": self.backend,
+            "dispatch": self.dispatch,
+            "max_batch_size": str(self.max_batch_size),
+            "runtimes": str(self.runtimes),
+            "intra_op_threads": str(self.intra_op_threads),
+            "usable_cpus": str(self.usable_cpus),
+            "torch_version": self.torch_version,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ModelStats:
+    """A model's live state, read without locks (each field is one racy read)."""
+
+    in_flight: int
+    """Requests accepted and not yet answered."""
+    runtimes: int
+    """Runtimes in the pool now (the planned number unless one could not be rebuilt)."""
+    planned_runtimes: int
+    busy_runtimes: int
+    idle_runtimes: int
+    worker_threads: int
+    """Threads its executor should have (0 when it runs inline on the event loop)."""
+    live_workers: int
+    replaced_runtimes: int
+    """Runtimes rebuilt after the model raised on them (running total)."""
+    failed_replacements: int
+    replaced_workers: int
+    """Worker threads restarted after one died (running total)."""
+    accepting: bool
+
+    @property
+    def queued(self) -> int:
+        return max(0, self.in_flight - self.busy_runtimes)
+
+    @property
+    def healthy(self) -> bool:
+        """Every worker thread alive and every runtime in the pool: False means the model
+        cannot serve at full capacity and will not recover by itself, or it is closed."""
+        return self.accepting and self.live_workers == self.worker_threads and self.runtimes == self.planned_runtimes
+
+
+class EngineClient(Protocol):
+    """What a front end holds for one served model."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def schema(self) -> Schema: ...
+
+    @property
+    def info(self) -> ModelInfo: ...
+
+    async def infer(
+        self, inputs: object, deadline: float | None = None, request_id: str | None = None
+    ) -> Prediction:
+        """Run one request: ``inputs`` as decoded (JSON value or named arrays), ``deadline`` an
+        absolute ``time.monotonic()`` (None: none), ``request_id`` for the engine's logs."""
+        ...
+
+    def stats(self) -> ModelStats: ...
+
+    def close(self) -> None: ...
