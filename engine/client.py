@@ -101,9 +101,7 @@ class EngineClient(Protocol):
     @property
     def info(self) -> ModelInfo: ...
 
-    async def infer(
-        self, inputs: object, deadline: float | None = None, request_id: str | None = None
-    ) -> Prediction:
+    async def infer(self, inputs: object, deadline: float | None = None, request_id: str | None = None) -> Prediction:
         """Run one request: ``inputs`` as decoded (JSON value or named arrays), ``deadline`` an
         absolute ``time.monotonic()`` (None: none), ``request_id`` for the engine's logs."""
         ...

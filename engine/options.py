@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic.dataclasses import dataclass
 
-from engine.dispatch import DISPATCH_MODES
+from engine.executors import DISPATCH_MODES
 
 AOTI_INTERFACES = ("minimal_arrayref", "loader")  # keys of engine.backends.aoti_runners.INTERFACES
 

@@ -1,13 +1,30 @@
-"""The unit of work between the front end and the workers: a queued request and its answer."""
+"""A request's context as it travels through the engine, and its answer.
+
+The same ``Work`` object carries a request on every path (inline, worker threads, batcher):
+its payload until validated, then its arrays; its id (for logs), deadline and timings; and,
+off the event loop, the future its caller awaits.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import suppress
+from contextvars import ContextVar
 from dataclasses import dataclass
+from queue import Empty, SimpleQueue
+from typing import TYPE_CHECKING
 
+from engine.errors import NotReady
 from engine.schema import Array
+
+if TYPE_CHECKING:
+    from engine.pipeline import Pipeline
+
+request_id: ContextVar[str] = ContextVar("request_id", default="-")
+"""The id of the request the current code works for, for log lines (front ends set it; the
+engine sets it on its own threads from ``Work.request_id`` before it logs for a request)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,9 +37,9 @@ class Prediction:
     batch_size: int
     """Samples in the model call this request rode in (its own and any batched with it)."""
     queue_seconds: float
-    """From submission until a worker picked the request up."""
+    """From submission until an executor picked the request up."""
     validate_seconds: float
-    """Checking the inputs against the schema and converting them to arrays."""
+    """Pre-processing, then checking the inputs against the schema and converting them to arrays."""
     compute_seconds: float
     """Borrowing a runtime and running the model (with batching: also concatenating and slicing)."""
     batch_seconds: float = 0.0
@@ -30,16 +47,17 @@ class Prediction:
 
 
 Coerce = Callable[[object], tuple[dict[str, Array], bool]]
+"""Payload -> (arrays with a batch dimension, whether it was one sample without one)."""
 Run = Callable[[Mapping[str, Array]], dict[str, Array]]
 Prepare = Callable[[object], tuple[object, object]]
 """A model handler's preprocess, before ``coerce``: payload -> (model inputs, context)."""
 Finish = Callable[[dict[str, Array], object], dict[str, Array]]
 """A model handler's postprocess, on one request's rows: (outputs, context) -> outputs."""
+Outcome = Prediction | BaseException
 
 
-class Request:
-    """One submitted request while the batcher holds it: its payload until validated, then its
-    arrays, and the future its caller awaits."""
+class Work:
+    """One request inside the engine, from ``infer`` to its answer."""
 
     __slots__ = (
         "arrays",
@@ -51,19 +69,17 @@ class Request:
         "inputs",
         "loop",
         "queued",
+        "request_id",
         "rows",
         "single",
         "validate",
     )
 
-    def __init__(
-        self, inputs: object, estimate: int, deadline: float | None, future: asyncio.Future[Prediction]
-    ) -> None:
+    def __init__(self, inputs: object, estimate: int, deadline: float | None, request_id: str | None = None) -> None:
         self.inputs = inputs
         self.estimate = estimate  # the sample count admission counted in; given back as is
         self.deadline = deadline
-        self.future = future
-        self.loop = future.get_loop()
+        self.request_id = request_id or "-"
         self.queued = time.monotonic()
         self.dequeued = 0.0
         self.arrays: dict[str, Array] = {}
@@ -71,3 +87,57 @@ class Request:
         self.single = False
         self.rows = 0
         self.validate = 0.0
+        # Set by executors that answer from another thread.
+        self.future: asyncio.Future[Prediction] | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[Prediction]:
+        """A future on ``loop`` for an answer that will come from another thread."""
+        self.loop = loop
+        self.future = loop.create_future()
+        return self.future
+
+
+def answer(outcome: Outcome) -> Prediction:
+    if isinstance(outcome, BaseException):
+        raise outcome
+    return outcome
+
+
+def deliver(items: Iterable[tuple[Work, Outcome]]) -> None:
+    """Answer requests from a worker thread: one loop callback per event loop, not per request."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Work, Outcome]]] = {}
+    for work, outcome in items:
+        if work.loop is not None:
+            by_loop.setdefault(work.loop, []).append((work, outcome))
+    for loop, settled in by_loop.items():
+        with suppress(RuntimeError):  # the loop closed while we ran: nobody is waiting any more
+            loop.call_soon_threadsafe(_settle, settled)
+
+
+def _settle(items: list[tuple[Work, Outcome]]) -> None:
+    for work, outcome in items:
+        future = work.future
+        if future is None or future.done():  # the caller stopped waiting (deadline, client gone)
+            continue
+        if isinstance(outcome, BaseException):
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome)
+
+
+def refuse_queued(queue: SimpleQueue[Work | None], pipeline: Pipeline) -> None:
+    """Answer NotReady to every request still queued after an executor's threads stopped."""
+    sentinels = 0
+    while True:
+        try:
+            work = queue.get(block=False)
+        except Empty:
+            break
+        if work is None:
+            sentinels += 1
+        else:
+            pipeline.release(work)
+            deliver([(work, NotReady("the model is shutting down"))])
+    for _ in range(sentinels):  # a thread still finishing its call must find its stop sign
+        queue.put(None)

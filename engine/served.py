@@ -1,8 +1,9 @@
-"""ServedModel: the engine's narrow API for a front end.
+"""ServedModel: one model served, behind the engine's narrow client (engine.client).
 
-One InferenceModule, a RuntimePool built from it, and the worker threads that borrow from the
-pool (each request its own call, or batched: ``engine.batching``). The service calls
-``await model.infer(inputs, deadline)`` and never sees torch.
+One InferenceModule, a RuntimePool built from it, admission control, and one executor
+(engine.executors: inline, worker threads or the batcher) running the one request pipeline
+(engine.pipeline). The service awaits ``model.infer(inputs, deadline, request_id)`` and reads
+``info`` and ``stats()``; it never sees torch.
 """
 
 from __future__ import annotations
@@ -12,9 +13,8 @@ import logging
 import statistics
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import replace
-from functools import partial
 
 import numpy as np
 import torch
@@ -22,24 +22,24 @@ import torch
 from engine.admission import Admission, ServiceTimes, count_samples
 from engine.backends import Runtime
 from engine.backends.autoselect import resolve_backend
-from engine.batching import Batcher
 from engine.client import ModelInfo, ModelStats
-from engine.dispatch import Dispatch, InlineDispatch
 from engine.errors import ConfigError, DeadlineExceeded, EngineError, InvalidInput, ModelFailed, NotReady, Overloaded
+from engine.executor import Executor, ExecutorConfig
+from engine.executors import EXECUTORS
 from engine.faults import check_finite
 from engine.handlers import Handler, load_handler
 from engine.module import InferenceModule
 from engine.options import RuntimeOptions
+from engine.pipeline import Pipeline
 from engine.pool import Lease, RuntimePool
-from engine.requests import Prediction
+from engine.requests import Prediction, Work
 from engine.schema import Array, Schema, positional
 from engine.sources import load_model
 from engine.threads import ThreadPlan, apply_thread_plan, init_worker_thread, plan_threads
-from engine.workers import WorkerThreads
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Prediction", "ServedModel"]  # Prediction lives with the batcher, which builds most of them
+__all__ = ["Prediction", "ServedModel"]
 
 
 class ServedModel:
@@ -74,21 +74,53 @@ class ServedModel:
         self.service_times = ServiceTimes()
         example_seconds = self._seed_service_times()
         self.admission = Admission(self.service_times, plan.runtimes, options.max_batch_size)
-        self.batcher: Batcher | None = None
-        mode = options.dispatch
-        if options.max_batch_size > 1:
-            mode = "threads"  # the batcher's own workers; options rule out "inline"
-            self.batcher = self._start_batcher()
-        elif mode == "auto":
-            mode = "inline" if example_seconds * 1e6 < options.inline_below_us else "threads"
-        self.dispatch_mode = mode
-        dispatchers: dict[str, Callable[[], Dispatch]] = {"inline": InlineDispatch, "threads": self._start_workers}
-        # With batching the batcher runs everything; ``dispatch`` stays a no-op for close().
-        self.dispatch = InlineDispatch() if self.batcher else dispatchers[mode]()
-        dispatch = self.dispatch
-        self._workers = self.batcher or (dispatch if isinstance(dispatch, WorkerThreads) else None)
+        self.pipeline = Pipeline(
+            coerce=self._coerce,
+            run=self._call,
+            release=self.admission.leave,
+            check=check_finite if options.check_outputs else None,
+            prepare=handler.preprocess if handler else None,
+            finish=handler.postprocess if handler else None,
+        )
+        self.dispatch_mode, self.dispatch_selection = self._choose_executor(example_seconds)
+        self.executor: Executor = EXECUTORS[self.dispatch_mode](self.pipeline, self._executor_config())
         self.in_flight = 0
         self.accepting = True
+
+    def _choose_executor(self, example_seconds: float) -> tuple[str, dict[str, object] | None]:
+        """``batch`` when batching is on, else the configured dispatch, or for ``auto`` the
+        one that measures faster for this backend's call (see engine.dispatch_choice)."""
+        options = self.options
+        if options.max_batch_size > 1:
+            specs = self.schema.inputs + self.schema.outputs
+            if not all(spec.batched for spec in specs):
+                raise ConfigError(
+                    f"model {self.name!r} has inputs or outputs without a batch dimension, so requests cannot be "
+                    "batched together: set max_batch_size=1"
+                )
+            return "batch", None
+        if options.dispatch != "auto":
+            return options.dispatch, None
+        mode = "inline" if example_seconds * 1e6 < options.inline_below_us else "threads"
+        return mode, {"call_us": round(example_seconds * 1e6, 1), "rule": "inline_below_us"}
+
+    def _executor_config(self) -> ExecutorConfig:
+        options = self.options
+
+        def init() -> None:
+            init_worker_thread(self.plan)
+            if options.warmup_iters:  # per-thread state (OpenMP team, allocator) is lazy
+                self._run(self.module.example_inputs)
+
+        return ExecutorConfig(
+            name=f"{self.name}-{'batcher' if self.dispatch_mode == 'batch' else 'worker'}",
+            threads=self.plan.runtimes,
+            initializer=init,
+            max_batch_size=options.max_batch_size,
+            max_delay=options.max_queue_delay_us * 1e-6,
+            preferred=options.preferred_batch_sizes,
+            call_seconds=self.service_times.predict,
+        )
 
     def _seed_service_times(self) -> float:
         """Time warm calls at batch 1 and at a full batch (max_batch_size, at least 8), so that
@@ -102,44 +134,6 @@ class ServedModel:
             for _ in range(2):
                 self._call(full)
         return seconds
-
-    def _start_batcher(self) -> Batcher:
-        specs = self.schema.inputs + self.schema.outputs
-        if not all(spec.batched for spec in specs):
-            raise ConfigError(
-                f"model {self.name!r} has inputs or outputs without a batch dimension, so requests cannot be "
-                "batched together: set max_batch_size=1"
-            )
-
-        def init() -> None:
-            init_worker_thread(self.plan)
-            if self.options.warmup_iters:  # per-thread state (OpenMP team, allocator) is lazy
-                self._run(self.module.example_inputs)
-
-        return Batcher(
-            threads=self.plan.runtimes,
-            name=f"{self.name}-batcher",
-            max_batch_size=self.options.max_batch_size,
-            max_delay=self.options.max_queue_delay_us * 1e-6,
-            preferred=self.options.preferred_batch_sizes,
-            coerce=self._coerce,
-            run=self._call,
-            done=self.admission.leave,
-            call_seconds=self.service_times.predict,
-            initializer=init,
-            check=check_finite if self.options.check_outputs else None,
-            prepare=self.handler.preprocess if self.handler else None,
-            finish=self.handler.postprocess if self.handler else None,
-        )
-
-    def _start_workers(self) -> WorkerThreads:
-        workers = WorkerThreads(
-            self.plan.runtimes, name=f"{self.name}-worker", initializer=partial(init_worker_thread, self.plan)
-        )
-        # Warm each worker thread too: per-thread state (OpenMP team, allocator) is lazy.
-        if self.options.warmup_iters:
-            workers.run_on_each(lambda: self._run(self.module.example_inputs))
-        return workers
 
     def time_example_call(self, repeats: int = 5) -> float:
         """Median seconds of a warm call on the example inputs."""
@@ -186,9 +180,7 @@ class ServedModel:
     def schema(self) -> Schema:
         return self.module.schema
 
-    async def infer(
-        self, inputs: object, deadline: float | None = None, request_id: str | None = None
-    ) -> Prediction:
+    async def infer(self, inputs: object, deadline: float | None = None, request_id: str | None = None) -> Prediction:
         """Validate and run one request on a worker thread.
 
         ``deadline`` is an absolute ``time.monotonic()`` value (None = none). Raises
@@ -199,8 +191,8 @@ class ServedModel:
         if not self.accepting:
             raise NotReady(f"model {self.name!r} is shutting down")
         admission = self.admission
-        # Counted until a worker is done with a request, not until its caller stops waiting, so
-        # that requests whose callers timed out cannot pile up beyond the bound.
+        # Counted until the pipeline is done with a request, not until its caller stops
+        # waiting, so that requests whose callers timed out cannot pile up beyond the bound.
         if admission.requests >= self.max_queue + self.plan.runtimes:
             raise Overloaded(f"{admission.requests} requests are already in flight for model {self.name!r}")
         samples = self.handler.samples(inputs) if self.handler else count_samples(self.schema, inputs)
@@ -218,13 +210,11 @@ class ServedModel:
         # Only the event loop touches in_flight, so a plain int is race-free.
         self.in_flight += 1
         try:
-            if self.batcher is not None:
-                pending = self.batcher.submit(inputs, samples, deadline)
-                return await (pending if deadline is None else self._until(pending, deadline))
-            job = partial(self._predict, inputs, time.perf_counter(), samples, deadline)
-            if deadline is None:
-                return await self.dispatch.run(job)
-            return await self._until(self.dispatch.run(job), deadline)
+            pending = self.executor.run(Work(inputs, samples, deadline, request_id))
+            # Inline, the call runs to its end before anything else can: no timer to arm.
+            if deadline is None or self.dispatch_mode == "inline":
+                return await pending
+            return await self._until(pending, deadline)
         finally:
             self.in_flight -= 1
 
@@ -242,29 +232,6 @@ class ServedModel:
 
     def _coerce(self, inputs: object) -> tuple[dict[str, Array], bool]:
         return self.schema.coerce_inputs(positional(self.schema, inputs), strict=self.options.check_inputs)
-
-    def _predict(self, inputs: object, queued_at: float, samples: int, deadline: float | None) -> Prediction:
-        try:
-            dequeued = time.perf_counter()
-            if deadline is not None and time.monotonic() >= deadline:
-                raise DeadlineExceeded("the request's deadline passed while it was queued; it never ran")
-            context: object = None
-            if self.handler is not None:
-                inputs, context = self.handler.preprocess(inputs)
-            arrays, single = self._coerce(inputs)
-            started = time.perf_counter()
-            outputs = self._call(arrays)
-            finished = time.perf_counter()
-            if self.options.check_outputs:
-                check_finite(outputs)  # the whole request fails: its rows are one caller's anyway
-            if self.handler is not None:
-                outputs = self.handler.postprocess(outputs, context)
-        finally:
-            self.admission.leave(samples)
-        batch = next(iter(arrays.values())).shape[0] if arrays else 1
-        if single:
-            outputs = {name: array[0] for name, array in outputs.items()}
-        return Prediction(outputs, single, batch, dequeued - queued_at, started - dequeued, finished - started)
 
     def _call(self, arrays: Mapping[str, Array]) -> dict[str, Array]:
         """One model call, timed for admission control; model exceptions become ModelFailed."""
@@ -329,6 +296,7 @@ class ServedModel:
             torch_version=torch.__version__,
             handler=self.handler,
             backend_selection=self.selection.report() if self.selection.trials else None,
+            dispatch_selection=self.dispatch_selection,
         )
 
     def stats(self) -> ModelStats:
@@ -351,32 +319,23 @@ class ServedModel:
     @property
     def worker_threads(self) -> int:
         """Inference threads this model should have (0 when it runs inline on the event loop)."""
-        return self._workers.count if self._workers else 0
+        return self.executor.count
 
     @property
     def live_workers(self) -> int:
         """Inference threads alive now; a dead one is replaced at once (see ThreadSet)."""
-        return self._workers.alive if self._workers else 0
+        return self.executor.alive
 
     @property
     def replaced_workers(self) -> int:
         """Worker threads started to replace dead ones, for metrics."""
-        return self._workers.replaced if self._workers else 0
+        return self.executor.replaced
 
     @property
     def healthy(self) -> bool:
-        """Every worker thread alive and the pool at full size: False means this model cannot
-        serve at full capacity (or at all) and will not recover by itself (e.g. a replacement
-        thread failed to initialise), so readiness should report it. Threads stop at close(), so
-        a closed model with worker threads is not healthy either."""
-        return self.live_workers == self.worker_threads and self.pool.size == self.plan.runtimes
-
-    @property
-    def busy_runtimes(self) -> int:
-        return self.pool.size - self.pool.idle
+        """See ModelStats.healthy."""
+        return self.stats().healthy
 
     def close(self) -> None:
         self.accepting = False
-        self.dispatch.close()
-        if self.batcher is not None:
-            self.batcher.close()
+        self.executor.close()

@@ -1,11 +1,5 @@
-"""Hand-off from the asyncio event loop to inference threads, kept as cheap as possible.
-
-Each job is one ``SimpleQueue.put`` (a C call that wakes exactly one sleeping worker) and
-one ``call_soon_threadsafe`` back to the loop; no executor bookkeeping, no
-``concurrent.futures`` wrapper, no per-call thread-name or context copying. The workers are
-long-lived, so their thread-local caches (OpenMP teams, allocator arenas) stay warm. A
-worker that dies is replaced (``ThreadSet``); the batcher's workers use the same set.
-"""
+"""Long-lived inference threads that replace themselves when one dies (``ThreadSet``), fed
+from one queue of requests (``QueuedWorkers``: the ``threads`` executor and the batcher)."""
 
 from __future__ import annotations
 
@@ -15,18 +9,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from contextlib import suppress
-from contextvars import copy_context
-from functools import partial
 from queue import SimpleQueue
-from typing import Any, TypeVar
 
-from engine.errors import WorkerDied
+from engine.executor import ExecutorConfig
+from engine.pipeline import Pipeline
+from engine.requests import Prediction, Work, refuse_queued
 
-R = TypeVar("R")
 log = logging.getLogger(__name__)
-
-_Job = tuple[Callable[[], Any], "asyncio.Future[Any]", asyncio.AbstractEventLoop]
 
 
 class ThreadSet:
@@ -115,92 +104,49 @@ class ThreadSet:
             self.replaced += 1
 
 
-class WorkerThreads:
-    def __init__(
-        self, count: int, name: str = "inferpool-worker", initializer: Callable[[], object] | None = None
-    ) -> None:
-        self._jobs: SimpleQueue[_Job | None] = SimpleQueue()
-        self.threads = ThreadSet(count, name, self._work, initializer)
+class QueuedWorkers:
+    """An executor's worker threads, fed from one queue; subclasses say what a thread does
+    (``_work``) and what to answer at close besides the queue (``_closed``)."""
+
+    def __init__(self, pipeline: Pipeline, config: ExecutorConfig) -> None:
+        self.pipeline = pipeline
+        self._queue: SimpleQueue[Work | None] = SimpleQueue()
+        self._threads = ThreadSet(config.threads, config.name, self._work, config.initializer)
+        try:
+            self._threads.wait_started(120)  # per-thread warm-up runs in the initializer: ready means warm
+        except BaseException:
+            self.close()
+            raise
 
     @property
     def count(self) -> int:
-        return self.threads.count
+        return self._threads.count
 
     @property
     def alive(self) -> int:
-        return self.threads.alive
+        return self._threads.alive
 
     @property
     def replaced(self) -> int:
-        return self.threads.replaced
+        return self._threads.replaced
 
-    async def run(self, fn: Callable[[], R]) -> R:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[R] = loop.create_future()
-        # The caller's context (request id for logs, ...) travels with the job: O(1) to copy.
-        self._jobs.put((partial(copy_context().run, fn), future, loop))
+    async def run(self, work: Work) -> Prediction:
+        future = work.attach(asyncio.get_running_loop())
+        self._queue.put(work)
         return await future
 
-    def run_on_each(self, fn: Callable[[], object], timeout: float = 60.0) -> None:
-        """Run ``fn`` once on every worker thread (e.g. to warm per-thread state), blocking."""
-        barrier = threading.Barrier(self.count + 1)
-        errors: list[BaseException] = []
-
-        def once() -> None:
-            try:
-                fn()
-            except BaseException as exc:  # noqa: BLE001 -- re-raised in the caller's thread
-                errors.append(exc)
-            # Holding every worker at the barrier guarantees each one ran ``fn`` exactly once.
-            barrier.wait(timeout)
-
-        for _ in range(self.count):
-            self._jobs.put((once, None, None))  # type: ignore[arg-type]
-        barrier.wait(timeout)
-        if errors:
-            raise errors[0]
-
     def close(self, timeout: float = 5.0) -> None:
-        self.threads.closing = True
-        for _ in range(self.count):
-            self._jobs.put(None)
-        self.threads.join(timeout)
+        """Run what is queued, then stop; what the threads could not reach in ``timeout`` is
+        answered NotReady (never a caller left hanging)."""
+        self._threads.closing = True
+        for _ in range(self._threads.count):
+            self._queue.put(None)
+        self._threads.join(timeout)
+        refuse_queued(self._queue, self.pipeline)
+        self._closed()
 
     def _work(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            fn, future, loop = job
-            try:
-                result = fn()
-            except Exception as exc:
-                if future is not None:
-                    _complete(loop, future.set_exception, future, exc)
-                else:
-                    log.exception("background job failed")
-            except BaseException as exc:
-                # SystemExit and the like end this thread (ThreadSet replaces it). The caller
-                # gets a plain error: a SystemExit set on its future would stop the event loop.
-                if future is not None:
-                    _complete(loop, future.set_exception, future, worker_died(exc))
-                raise
-            else:
-                if future is not None:
-                    _complete(loop, future.set_result, future, result)
+        raise NotImplementedError
 
-
-def worker_died(exc: BaseException) -> WorkerDied:
-    """The error a caller gets when the thread running its request dies of ``exc``."""
-    died = WorkerDied(f"the worker thread running this request died ({type(exc).__name__}); it has been replaced")
-    died.__cause__ = exc
-    return died
-
-
-def _complete(
-    loop: asyncio.AbstractEventLoop, setter: Callable[[Any], None], future: asyncio.Future[Any], value: object
-) -> None:
-    with suppress(RuntimeError):  # the loop closed while we ran: nobody is waiting any more
-        loop.call_soon_threadsafe(_settle, setter, future, value)
-
-
-def _settle(setter: Callable[[Any], None], future: asyncio.Future[Any], value: object) -> None:
-    if not future.done():  # the request may have been cancelled (client gone, deadline)
-        setter(value)
+    def _closed(self) -> None:
+        pass

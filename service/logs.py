@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from contextvars import ContextVar
 from datetime import UTC, datetime
 
 import orjson
 
-request_id: ContextVar[str] = ContextVar("request_id", default="-")
+from engine.requests import request_id
 
 
 class RequestIdFilter(logging.Filter):

@@ -126,7 +126,7 @@ def test_served_model_answers_through_the_torchscript_backend(digits_module, ima
     with pytest.warns(FutureWarning):
         model = ServedModel(digits_module, options, ThreadPlan(cpus=2, runtimes=2, intra_op_threads=1), max_queue=8)
     try:
-        assert model.describe()["backend"] == "torchscript"
+        assert model.info.backend == "torchscript"
         assert {id(r.compiled) for r in model.pool.runtimes} == {id(model.selection.compiled)}
         answers = asyncio.run(_ask(model, [images[0].tolist(), {"image": images[3:9].tolist()}]))
     finally:
@@ -191,7 +191,7 @@ def test_auto_serves_a_legacy_archive_with_a_backend_that_can_run_it(digits_ts, 
         warnings.simplefilter("always")
         model = ServedModel.load(str(digits_ts), options)
     try:
-        chosen = model.describe()["backend"]
+        chosen = model.info.backend
         assert [t.backend for t in model.selection.trials if t.error is None] == ["eager", "torchscript"]
         answer = asyncio.run(model.infer({"image": images[:5].tolist()}))
     finally:

@@ -9,6 +9,9 @@ import pytest
 
 from engine import InferenceModule, ModelFailed, RuntimeOptions, ServedModel
 from engine.batching import Batcher
+from engine.executor import ExecutorConfig
+from engine.pipeline import Pipeline
+from engine.requests import Work
 from engine.threads import ThreadPlan
 from tests.fault_models import POISON, raising
 
@@ -76,8 +79,8 @@ def test_a_failing_request_fails_only_its_own_batch():
         assert len({id(r) for r in results[:4]}) == 4  # each caller its own exception object
         assert all(r.batch_size == 4 for r in results[4:]), results[4:]
         assert model.pool.idle == model.pool.size
-        assert model.batcher is not None
-        assert model.batcher.alive == 1
+        assert model.dispatch_mode == "batch"
+        assert model.executor.alive == 1
         assert asyncio.run(model.infer(good.tolist())).outputs["probabilities"].shape == (10,)
     finally:
         model.close()
@@ -109,10 +112,19 @@ class FakeModel:
         return {"y": arrays["x"] * 2}
 
     def batcher(self, max_delay: float) -> Batcher:
-        return Batcher(
-            threads=1, name="test", max_batch_size=8, max_delay=max_delay, preferred=(), coerce=self.coerce,
-            run=self.run, done=lambda samples: None, call_seconds=lambda rows: 0.01, initializer=lambda: None,
-        )  # fmt: skip
+        return batcher_of(self.coerce, self.run, threads=1, max_batch_size=8, max_delay=max_delay)
+
+
+def batcher_of(coerce, run, *, threads: int, max_batch_size: int, max_delay: float) -> Batcher:
+    config = ExecutorConfig(
+        name="test", threads=threads, initializer=lambda: None, max_batch_size=max_batch_size, max_delay=max_delay,
+        call_seconds=lambda rows: 0.01,
+    )  # fmt: skip
+    return Batcher(Pipeline(coerce=coerce, run=run, release=lambda samples: None), config)
+
+
+def submit(batcher: Batcher, inputs, deadline: float | None = None):
+    return batcher.run(Work(inputs, 1, deadline))
 
 
 def test_only_equal_per_sample_shapes_share_a_call():
@@ -121,9 +133,7 @@ def test_only_equal_per_sample_shapes_share_a_call():
 
     async def many():
         shapes = [3, 3, 5, 5, 3]
-        return await asyncio.gather(
-            *(batcher.submit(np.full((1, n), i).tolist(), 1, None) for i, n in enumerate(shapes))
-        )
+        return await asyncio.gather(*(submit(batcher, np.full((1, n), i).tolist()) for i, n in enumerate(shapes)))
 
     try:
         results = asyncio.run(many())
@@ -142,9 +152,7 @@ def test_shapes_interleaved_under_load_still_fill_their_batches():
 
     async def many():
         # Alternating shapes, as sentences alternating between two length buckets.
-        return await asyncio.gather(
-            *(batcher.submit(np.full((1, 3 + i % 2 * 2), i).tolist(), 1, None) for i in range(32))
-        )
+        return await asyncio.gather(*(submit(batcher, np.full((1, 3 + i % 2 * 2), i).tolist()) for i in range(32)))
 
     try:
         results = asyncio.run(many())
@@ -167,13 +175,10 @@ def test_a_full_batch_runs_before_the_rest_of_the_queue_is_validated():
         events.append("run")
         return {"y": arrays["x"] * 2}
 
-    batcher = Batcher(
-        threads=2, name="test", max_batch_size=2, max_delay=5.0, preferred=(), coerce=slow_coerce, run=run,
-        done=lambda samples: None, call_seconds=lambda rows: 0.01, initializer=lambda: None,
-    )  # fmt: skip
+    batcher = batcher_of(slow_coerce, run, threads=2, max_batch_size=2, max_delay=5.0)
 
     async def many():
-        return await asyncio.gather(*(batcher.submit([[float(i)]], 1, None) for i in range(20)))
+        return await asyncio.gather(*(submit(batcher, [[float(i)]]) for i in range(20)))
 
     try:
         results = asyncio.run(many())
@@ -191,7 +196,7 @@ def test_a_full_group_runs_and_its_overflow_starts_the_next_batch():
 
     async def many():
         # 5 + 5 rows of one shape: the second request does not fit beside the first (max 8).
-        return await asyncio.gather(*(batcher.submit(np.full((5, 2), i).tolist(), 1, None) for i in range(2)))
+        return await asyncio.gather(*(submit(batcher, np.full((5, 2), i).tolist()) for i in range(2)))
 
     try:
         results = asyncio.run(many())
@@ -209,7 +214,7 @@ def test_a_batch_runs_early_when_waiting_would_break_a_deadline():
 
     async def one():
         started = time.monotonic()
-        result = await batcher.submit([[1.0]], 1, started + 0.1)
+        result = await submit(batcher, [[1.0]], started + 0.1)
         return result, time.monotonic() - started
 
     try:

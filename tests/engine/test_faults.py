@@ -197,7 +197,7 @@ def test_a_run_past_its_deadline_fails_and_its_runtime_comes_back(max_batch_size
 def test_a_worker_that_cannot_be_replaced_makes_the_model_unhealthy(poisoned):
     model = serve(partial_faulty("exit"), 1)
     try:
-        threads = model.dispatch.threads  # type: ignore[attr-defined]
+        threads = model.executor._threads  # type: ignore[attr-defined]
         threads._initializer = failing_initializer  # the replacement fails to start
         with pytest.raises(WorkerDied):
             asyncio.run(model.infer(poisoned.tolist()))

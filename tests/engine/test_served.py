@@ -44,7 +44,7 @@ def test_bad_input_surfaces_from_the_worker_and_the_pool_stays_whole(served):
     with pytest.raises(InvalidInput, match="input 'image'"):
         asyncio.run(served.infer([[1, 2]]))
     assert served.pool.idle == served.pool.size
-    assert served.dispatch.alive == 2
+    assert served.executor.alive == 2
 
 
 def test_overload_is_refused_at_once_instead_of_queueing(served, images):

@@ -1,0 +1,43 @@
+"""The Executor protocol: what runs a request's pipeline (implementations: engine.executors)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from engine.requests import Prediction, Work
+
+
+@dataclass(frozen=True)
+class ExecutorConfig:
+    name: str
+    threads: int
+    initializer: Callable[[], object]
+    """Runs first on every worker thread (thread settings, a warm-up call): ready means warm."""
+    max_batch_size: int = 1
+    max_delay: float = 0.0
+    preferred: tuple[int, ...] = ()
+    call_seconds: Callable[[int], float] = lambda rows: 0.0
+    """Predicted seconds of a call on so many rows (the batcher leaves room for it before a deadline)."""
+
+
+class Executor(Protocol):
+    async def run(self, work: Work) -> Prediction:
+        """Run ``work`` through the pipeline; raises the error it was answered with."""
+        ...
+
+    @property
+    def count(self) -> int:
+        """Worker threads it should have (0 inline)."""
+        ...
+
+    @property
+    def alive(self) -> int: ...
+
+    @property
+    def replaced(self) -> int:
+        """Worker threads started to replace dead ones (running total)."""
+        ...
+
+    def close(self) -> None: ...
