@@ -56,7 +56,7 @@ def check_backend(value: RuntimeOptions) -> RuntimeOptions:
     if value.backend not in backend_names():
         raise ValueError(
             f"runtime.backend {value.backend!r} is unknown; choose one of {sorted(BACKENDS)} or 'auto' "
-            "(time them all at startup and serve with the fastest)"
+            "(the default: time the candidates in auto_backends at startup and serve with the fastest)"
         )
     return value
 

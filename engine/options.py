@@ -2,23 +2,37 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from pydantic import ConfigDict, model_validator
 from pydantic.dataclasses import dataclass
+from pydantic_core import ArgsKwargs
 
 from engine.executors import DISPATCH_MODES
 
 AOTI_INTERFACES = ("minimal_arrayref", "loader")  # keys of engine.backends.aoti_runners.INTERFACES
+AUTO_CANDIDATES = ("eager", "static", "onnxruntime")
+"""``auto``'s candidates when ``auto_backends`` is (): the ones that compile in about a second
+or less. aoti (tens of seconds on a first compile) and torchscript (deprecated upstream, warns)
+are timed only when listed."""
+REMOVED = {
+    "inline_below_us": "dispatch='auto' no longer compares the call's duration with a fixed threshold: it "
+    "measures how long the call holds the GIL and what a hand-off to a worker thread costs "
+    "(engine/dispatch_choice.py); remove the option, or set dispatch='inline' or 'threads' to choose yourself",
+}
+"""Options that were removed, with what to do instead: named in the error, not silently ignored."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=ConfigDict(extra="forbid"))
 class RuntimeOptions:
-    backend: str = "eager"
-    """Which runtime implementation runs the model (``engine.backends.BACKENDS``), or ``auto``.
-    ``eager`` runs the ``nn.Module`` under ``torch.inference_mode``: always works; change it
-    only when a faster backend supports your model. ``auto`` times every backend that can load
-    the model at startup and serves with the fastest (the table is logged and served at
-    ``/v2/models/{name}/config``; see ``auto_backends`` to bound the time it takes); set the
-    winner by name afterwards for faster, reproducible restarts. ``torchscript`` runs legacy
-    TorchScript (``.ts`` archives) through PyTorch's Static Runtime; deprecated upstream."""
+    backend: str = "auto"
+    """Which runtime implementation runs the model (``engine.backends.BACKENDS``), or ``auto``
+    (the default): at startup, time the candidates that can load the model (``auto_backends``;
+    by default eager, static and onnxruntime, a few seconds in all) and serve with the fastest
+    (the table is logged and served at ``/v2/models/{name}/config``); set the winner by name
+    afterwards for faster, reproducible restarts. ``eager`` runs the ``nn.Module`` under
+    ``torch.inference_mode`` and always works. ``torchscript`` runs legacy TorchScript (``.ts``
+    archives) through PyTorch's Static Runtime; deprecated upstream."""
 
     num_runtimes: int = 0
     """Runtimes (and worker threads) in the pool; 0 = one per usable CPU divided by
@@ -56,14 +70,14 @@ class RuntimeOptions:
     float32 elements), which is why it is off by default. A non-finite output does not
     replace the runtime: it comes from the input, not from a broken runtime."""
 
-    dispatch: str = "threads"
+    dispatch: str = "auto"
     """Where inference runs: ``threads`` (worker threads; the event loop stays responsive),
-    ``inline`` (on the event loop: no hand-off cost, for models much faster than a hand-off;
-    a slow call delays every other request), or ``auto`` (inline when a warm batch-1 call
-    takes under ``inline_below_us``). See docs/BENCHMARKS.md for what each costs."""
-
-    inline_below_us: float = 50.0
-    """The ``auto`` dispatch threshold in microseconds of warm batch-1 model time."""
+    ``inline`` (on the event loop: no hand-off cost; a slow call delays every other request),
+    or ``auto`` (the default): at startup, measure the chosen backend's call, the share of it
+    that holds the GIL and what a hand-off to a worker thread costs (~0.3 s), and run inline
+    unless the call releases the GIL for longer than a hand-off costs (with 2+ usable CPUs) or
+    is so long that it would stall the event loop (engine/dispatch_choice.py; the figures are
+    logged and served at ``/v2/models/{name}/config``). Batching always uses its own threads."""
 
     oversubscribe: bool = False
     """Allow ``num_runtimes * intra_op_threads`` above the usable CPUs (with a warning)
@@ -141,11 +155,21 @@ class RuntimeOptions:
     with its path: delete it and it is rebuilt."""
 
     auto_backends: tuple[str, ...] = ()
-    """``auto`` backend: the backends to try and time at startup; () = every one in
-    ``engine.backends.BACKENDS``. Each candidate is compiled, so startup takes as long as all
-    their compiles together (AOTInductor: tens of seconds unless ``compile_cache_dir`` already
-    has the package). List the ones worth trying when startup time matters, or set ``backend``
-    to the winner once you know it. Ignored unless ``backend`` is ``auto``."""
+    """``auto`` backend: the backends to try and time at startup; () = ``AUTO_CANDIDATES``
+    (eager, static, onnxruntime: each compiles in about a second or less). Each candidate is
+    compiled, so startup takes as long as all their compiles together: list ``aoti`` (tens of
+    seconds unless ``compile_cache_dir`` already has the package) or ``torchscript`` to have
+    them timed too, or set ``backend`` to the winner once you know it. Ignored unless
+    ``backend`` is ``auto``."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _removed(cls, data: Any) -> Any:
+        given = (data.kwargs or {}) if isinstance(data, ArgsKwargs) else data
+        for name, instead in REMOVED.items():
+            if isinstance(given, dict) and name in given:
+                raise ValueError(f"{name} was removed: {instead}")
+        return data
 
     def __post_init__(self) -> None:
         checks = {
@@ -155,7 +179,6 @@ class RuntimeOptions:
             "warmup_iters": (self.warmup_iters >= 0, "use 0 to skip warm-up or a positive count"),
             "borrow_timeout": (self.borrow_timeout > 0, "use a positive number of seconds"),
             "dispatch": (self.dispatch in DISPATCH_MODES, f"use one of {DISPATCH_MODES}"),
-            "inline_below_us": (self.inline_below_us >= 0, "use a non-negative number of microseconds"),
             "max_batch_size": (self.max_batch_size >= 1, "use 1 to turn batching off, or the largest batch to run"),
             "max_queue_delay_us": (
                 self.max_queue_delay_us >= 0,
@@ -179,7 +202,7 @@ class RuntimeOptions:
 
             checks["auto_backends"] = (
                 set(self.auto_backends) <= set(BACKENDS) and len(set(self.auto_backends)) == len(self.auto_backends),
-                f"use names from {sorted(BACKENDS)}, each once, or () for all of them",
+                f"use names from {sorted(BACKENDS)}, each once, or () for {list(AUTO_CANDIDATES)}",
             )
         if self.max_batch_size > 1 and self.dispatch == "inline":
             fix = "batching runs on worker threads: use 'threads' or 'auto', or max_batch_size=1"

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Awaitable, Mapping
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import torch
@@ -23,6 +24,7 @@ from engine.admission import Admission, ServiceTimes, count_samples
 from engine.backends import Runtime
 from engine.backends.autoselect import resolve_backend
 from engine.client import ModelInfo, ModelStats
+from engine.dispatch_choice import decide
 from engine.errors import ConfigError, DeadlineExceeded, EngineError, InvalidInput, ModelFailed, NotReady, Overloaded
 from engine.executor import Executor, ExecutorConfig
 from engine.executors import EXECUTORS
@@ -72,7 +74,7 @@ class ServedModel:
             runtime.warmup()
         self.pool: RuntimePool[Runtime] = RuntimePool(runtimes, timeout=options.borrow_timeout)
         self.service_times = ServiceTimes()
-        example_seconds = self._seed_service_times()
+        self._seed_service_times()
         self.admission = Admission(self.service_times, plan.runtimes, options.max_batch_size)
         self.pipeline = Pipeline(
             coerce=self._coerce,
@@ -82,12 +84,12 @@ class ServedModel:
             prepare=handler.preprocess if handler else None,
             finish=handler.postprocess if handler else None,
         )
-        self.dispatch_mode, self.dispatch_selection = self._choose_executor(example_seconds)
+        self.dispatch_mode, self.dispatch_selection = self._choose_executor()
         self.executor: Executor = EXECUTORS[self.dispatch_mode](self.pipeline, self._executor_config())
         self.in_flight = 0
         self.accepting = True
 
-    def _choose_executor(self, example_seconds: float) -> tuple[str, dict[str, object] | None]:
+    def _choose_executor(self) -> tuple[str, dict[str, Any] | None]:
         """``batch`` when batching is on, else the configured dispatch, or for ``auto`` the
         one that measures faster for this backend's call (see engine.dispatch_choice)."""
         options = self.options
@@ -101,8 +103,10 @@ class ServedModel:
             return "batch", None
         if options.dispatch != "auto":
             return options.dispatch, None
-        mode = "inline" if example_seconds * 1e6 < options.inline_below_us else "threads"
-        return mode, {"call_us": round(example_seconds * 1e6, 1), "rule": "inline_below_us"}
+        # Timed on a runtime directly: these calls must not teach admission control anything.
+        runtime, example = self.pool.runtimes[0], self.module.example_inputs
+        choice = decide(lambda: runtime.run(example), self.plan.cpus)
+        return choice.mode, choice.figures
 
     def _executor_config(self) -> ExecutorConfig:
         options = self.options

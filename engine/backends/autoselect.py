@@ -1,7 +1,8 @@
 """Backend resolution: a named backend, or ``auto``, which times the candidates at startup.
 
-``auto`` tries every backend in ``BACKENDS`` (or ``RuntimeOptions.auto_backends``): compile,
-one runtime, warm-up, and its answer on the example inputs checked against eager PyTorch.
+``auto`` (the default) tries ``RuntimeOptions.auto_backends``, or when that is () the quick ones
+(``AUTO_CANDIDATES``: eager, static, onnxruntime): compile, one runtime, warm-up, and its
+answer on the example inputs checked against eager PyTorch.
 A candidate that raises anything (ModelLoadError for a model it cannot take, ConfigError for a
 machine it cannot run on) is skipped, with the reason kept in the table. The survivors are
 timed in interleaved rounds, so that machine noise hits them alike, and the lowest score wins;
@@ -15,9 +16,9 @@ time of a batch-1 call and the median time per sample of a batch of N = max(8,
 max_batch_size): latency and throughput count alike in ratios (2x faster at one and 2x slower
 at the other ties), whatever their absolute sizes.
 
-Time spent: every candidate's compile (the bulk; AOTInductor takes tens of seconds on a first
-compile, which is what ``auto_backends`` is for) plus about ROUNDS x ROUND_SECONDS per batch
-size per candidate of timing.
+Time spent: every candidate's compile (the bulk: onnxruntime's export ~1-3 s, static's ~0.5 s;
+AOTInductor takes tens of seconds on a first compile, which is why it is timed only when
+listed) plus about ROUNDS x ROUND_SECONDS per batch size per candidate of timing.
 """
 
 from __future__ import annotations
@@ -38,16 +39,17 @@ import torch
 from engine.backends.base import Runtime
 from engine.errors import ConfigError, EngineError, ModelLoadError
 from engine.module import InferenceModule
-from engine.options import RuntimeOptions
+from engine.options import AUTO_CANDIDATES, RuntimeOptions
 from engine.schema import Array
 
 log = logging.getLogger(__name__)
 
 AUTO = "auto"
 ROUNDS = 5
-ROUND_SECONDS = 0.02
-"""Time per candidate, batch size and round: long enough for a stable median of small calls,
-short enough that timing stays well under a second per candidate."""
+ROUND_SECONDS = 0.01
+"""Time per candidate, batch size and round: 50-500 calls of the built-in models, a stable
+median; 5 rounds x 2 batch sizes x 3 default candidates = 0.3 s of a startup. The quick
+candidates' scores differ by 1.6-4x on the built-in models, far beyond a round's noise."""
 MAX_CALLS = 200
 RTOL, ATOL = 1e-3, 1e-5  # as loose as the loosest backend's own parity check (onnxruntime)
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -94,7 +96,7 @@ def resolve_backend(module: InferenceModule, options: RuntimeOptions) -> Backend
     from engine.backends import BACKENDS
 
     if options.backend == AUTO:
-        return choose(module, options, {n: BACKENDS[n] for n in options.auto_backends or BACKENDS})
+        return choose(module, options, {n: BACKENDS[n] for n in options.auto_backends or AUTO_CANDIDATES})
     if options.backend not in BACKENDS:
         raise ConfigError(f"backend {options.backend!r} is unknown; choose one of {backend_names()}")
     backend = BACKENDS[options.backend]

@@ -14,7 +14,10 @@ def test_default_file_and_class_defaults_agree(monkeypatch, tmp_path):
     empty.write_text("")
     assert load_settings(empty) == load_settings()
     file_values = tomllib.loads(DEFAULT_CONFIG_FILE.read_text())
-    assert file_values["runtime"]["backend"] == "eager"
+    # With no flags the server measures: the backend (fastest of the quick candidates) and the
+    # dispatch (GIL share of that backend's call vs a hand-off).
+    assert (file_values["runtime"]["backend"], file_values["runtime"]["dispatch"]) == ("auto", "auto")
+    assert (load_settings().runtime.backend, load_settings().runtime.dispatch) == ("auto", "auto")
 
 
 def test_priority_is_cli_then_env_then_file(monkeypatch, tmp_path):
@@ -39,6 +42,7 @@ def test_priority_is_cli_then_env_then_file(monkeypatch, tmp_path):
         (["--model", "missing.pt2"], "does not exist"),
         (["--port", "70000"], "less than or equal to 65535"),
         (["--latency-buckets", "[0.1, 0.01]"], "must be positive and strictly increasing"),
+        (["--runtime.dispatch", "fastest"], "dispatch='fastest' is invalid: use one of ('threads', 'inline', 'auto')"),
     ],
 )
 def test_bad_values_are_refused_with_a_fix(args, message):
@@ -57,3 +61,17 @@ def test_unknown_keys_in_the_file_are_refused(tmp_path):
 def test_missing_config_file_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"nope\.toml does not exist"):
         load_settings(tmp_path / "nope.toml")
+
+
+def test_a_removed_runtime_option_says_what_replaced_it(tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text("[runtime]\ninline_below_us = 50.0\n")
+    with pytest.raises(ValidationError, match="inline_below_us was removed: dispatch='auto' no longer compares"):
+        load_settings(config)
+
+
+def test_unknown_runtime_options_are_refused_not_ignored(tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text("[runtime]\nbackend = 'eager'\nintra_op_thread = 2\n")  # a typo once silently ignored
+    with pytest.raises(ValidationError, match=r"runtime\.intra_op_thread\n.*Unexpected keyword argument"):
+        load_settings(config)

@@ -38,7 +38,7 @@ class SlowDigits(torch.nn.Module):
 
 
 def one_runtime(module: InferenceModule, **options) -> ServedModel:
-    options = {"num_runtimes": 1, "warmup_iters": 0, **options}
+    options = {"backend": "eager", "dispatch": "threads", "num_runtimes": 1, "warmup_iters": 0, **options}
     return ServedModel(module, RuntimeOptions(**options), ThreadPlan(cpus=2, runtimes=1, intra_op_threads=1), 8)
 
 

@@ -16,6 +16,7 @@ from engine import BACKENDS, ConfigError, InferenceModule, ModelLoadError, Runti
 from engine.backends.autoselect import AUTO, BackendChoice, resolve_backend
 from engine.backends.eager import EagerRuntime
 from engine.module import InferenceModule as Module
+from engine.options import AUTO_CANDIDATES
 from engine.options import RuntimeOptions as Options
 from engine.schema import Array
 from engine.threads import ThreadPlan
@@ -77,7 +78,8 @@ def fakes(monkeypatch):
 
 
 def auto(*names: str, **more: object) -> RuntimeOptions:
-    return RuntimeOptions(backend=AUTO, auto_backends=names, num_runtimes=2, warmup_iters=1, **more)  # type: ignore[arg-type]
+    # dispatch is set: these tests are about the backend (engine/dispatch_choice.py has its own).
+    return RuntimeOptions(backend=AUTO, auto_backends=names, num_runtimes=2, warmup_iters=1, dispatch="threads", **more)  # type: ignore[arg-type]
 
 
 def scored(choice: BackendChoice) -> dict[str, float]:
@@ -123,6 +125,21 @@ def test_served_model_builds_its_pool_from_the_chosen_artifact(digits_module, fa
     finally:
         model.close()
     np.testing.assert_allclose(answer.outputs["probabilities"], reference(images[:4])[0], rtol=1e-6)
+
+
+def test_by_default_auto_times_the_quick_candidates_only(digits_module):
+    """No flags: auto over eager, static and onnxruntime, which compile in about a second or
+    less; aoti (tens of seconds) and torchscript (deprecated) only when listed."""
+    options = RuntimeOptions(num_runtimes=2, warmup_iters=1)
+    assert (options.backend, options.auto_backends) == (AUTO, ())
+    assert AUTO_CANDIDATES == ("eager", "static", "onnxruntime")
+    started = time.perf_counter()
+    choice = resolve_backend(digits_module, options)
+    seconds = time.perf_counter() - started
+    assert [t.backend for t in choice.trials] == list(AUTO_CANDIDATES)
+    assert all(t.error is None for t in choice.trials), choice.trials  # all three take the digits CNN
+    assert choice.name == min(scored(choice), key=scored(choice).__getitem__)
+    assert seconds < 60, f"auto took {seconds:.1f} s"  # a hang guard only: ~2-4 s measured
 
 
 def test_a_named_backend_is_compiled_without_trials(digits_module):

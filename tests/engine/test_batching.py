@@ -17,7 +17,7 @@ from tests.fault_models import POISON, raising
 
 
 def serve(module, runtimes=2, **options) -> ServedModel:
-    options = {"num_runtimes": runtimes, "warmup_iters": 1, **options}
+    options = {"backend": "eager", "num_runtimes": runtimes, "warmup_iters": 1, **options}
     plan = ThreadPlan(cpus=2, runtimes=runtimes, intra_op_threads=1)
     return ServedModel(module, RuntimeOptions(**options), plan, max_queue=64)
 

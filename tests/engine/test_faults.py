@@ -35,7 +35,8 @@ MODES = pytest.mark.parametrize("max_batch_size", BATCHING.values(), ids=BATCHIN
 def serve(spec_factory: Callable[[], ModelSpec], max_batch_size: int, runtimes: int = 2, **options: Any) -> ServedModel:
     module = InferenceModule.from_spec(spec_factory())
     # A long batching delay makes batch composition depend on arrival only, not on timing.
-    merged: dict[str, Any] = {"num_runtimes": runtimes, "warmup_iters": 1, "max_batch_size": max_batch_size}
+    merged: dict[str, Any] = {"backend": "eager", "dispatch": "threads", "num_runtimes": runtimes, "warmup_iters": 1}
+    merged["max_batch_size"] = max_batch_size
     merged |= {"max_queue_delay_us": 20_000} if max_batch_size > 1 else {}
     plan = ThreadPlan(cpus=2, runtimes=runtimes, intra_op_threads=1)
     return ServedModel(module, RuntimeOptions(**(merged | options)), plan, max_queue=16)

@@ -51,7 +51,8 @@ def test_bad_text_is_invalid_input(handler, payload, message):
 
 @pytest.fixture(scope="module", params=["eager", "onnxruntime"])
 def served(request):
-    model = ServedModel.load(MODEL, RuntimeOptions(backend=request.param, warmup_iters=1), handler=HANDLER)
+    options = RuntimeOptions(backend=request.param, dispatch="threads", warmup_iters=1)
+    model = ServedModel.load(MODEL, options, handler=HANDLER)
     yield model
     model.close()
 
