@@ -41,6 +41,7 @@ class ModelHost:
         self.default: EngineClient | None = None
         self.error: str | None = None
         self.draining = False  # set on SIGTERM: new requests are refused, accepted ones finish
+        self.closed = False
         self._loader = threading.Thread(target=self._load, name="inferpool-loader", daemon=True)
 
     def start(self) -> None:
@@ -55,7 +56,7 @@ class ModelHost:
             return "failed"
         if self.default is None:
             return "loading"
-        if self.draining or not self.default.accepting:
+        if self.draining or self.closed:
             return "stopping"
         # A worker thread died and its replacement is not up, or the pool lost a runtime.
         return "ready" if all(model.stats().healthy for model in self.models.values()) else "degraded"
@@ -64,7 +65,7 @@ class ModelHost:
         """A model by name (the default one without), NotReady (503) while the host is not
         serving, ApiError 404 for a name it does not serve."""
         default = self.default
-        if default is None or self.draining or not default.accepting:
+        if default is None or self.draining or self.closed:
             raise NotReady(f"model is not ready ({self.status}{': ' + self.error if self.error else ''})")
         if name is None:
             return default
@@ -76,6 +77,7 @@ class ModelHost:
             ) from None
 
     def close(self) -> None:
+        self.closed = True
         for model in self.models.values():
             model.close()
 
