@@ -101,3 +101,17 @@ def test_impossible_thread_budget_is_refused_before_binding():
     )
     assert result.returncode == 2
     assert "lower num_runtimes or intra_op_threads" in result.stderr
+
+
+def test_with_no_flags_it_measures_and_reports_its_backend_and_dispatch(server):
+    config = httpx2.get(f"{server.url}/v2/models/digits/config").json()
+    # The defaults: auto over the quick-starting backends, and dispatch from measured figures.
+    tried = {row["backend"] for row in config["backend_selection"]["candidates"]}
+    assert tried == {"eager", "static", "onnxruntime"}, config
+    assert config["backend"] in tried
+    assert config["dispatch"] in {"inline", "threads"}
+    figures = config["dispatch_selection"]
+    assert figures["call_us"] > 0 and figures["handoff_us"] > 0, figures
+    assert figures["rule"] and figures["reason"], figures
+    log = server.output()
+    assert f"backend={config['backend']} dispatch={config['dispatch']}" in log, log
