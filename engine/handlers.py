@@ -2,7 +2,8 @@
 
 Tensor-in/tensor-out is the default; a model that takes text (or images, ...) declares a
 handler next to it in the config (``handler = "package.module:attr"``). Both hooks run on the
-worker thread that runs the model (never on the event loop), around the usual checks:
+thread that runs the model (a worker thread, or the event loop when the model runs inline),
+around the usual checks:
 
     payload --preprocess--> (input arrays, context) --schema checks--> model
             --> output arrays --postprocess(outputs, context)--> named outputs

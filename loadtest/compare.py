@@ -62,11 +62,13 @@ def variants(litserve_python: str | None) -> list[Variant]:
         return lambda port: inferpool_argv(port, *args)
 
     found = [
-        Variant("InferPool eager", ip()),
-        Variant("InferPool eager batch8", ip("--runtime.max-batch-size", "8")),
+        Variant("InferPool defaults", ip("--workers", "1")),
+        # The defaults before issue 14: eager on worker threads.
+        Variant("InferPool eager", ip("--runtime.backend", "eager", "--runtime.dispatch", "threads")),
+        Variant("InferPool eager batch8", ip("--runtime.backend", "eager", "--runtime.max-batch-size", "8")),
         Variant("InferPool onnxruntime", ip("--runtime.backend", "onnxruntime")),
         Variant("InferPool onnx v2-binary", ip("--runtime.backend", "onnxruntime"), payload="digits-v2-binary"),
-        Variant("InferPool eager workers2", ip("--workers", "2")),
+        Variant("InferPool eager workers2", ip("--runtime.backend", "eager", "--workers", "2")),
         Variant("InferPool onnx workers2", ip("--runtime.backend", "onnxruntime", "--workers", "2")),
         Variant("InferPool onnx inline", ip("--runtime.backend", "onnxruntime", "--runtime.dispatch", "inline")),
         *(Variant(f"InferPool {name}", ip("--runtime.backend", name)) for name in sorted(BACKENDS) if name not in SEEN),

@@ -31,15 +31,21 @@ from loadtest.procs import free_port, launch, tree_cpu_seconds
 PY_SPY = str(Path(sys.executable).with_name("py-spy"))
 # Innermost match wins: the first pattern (in this order) found walking from the leaf up.
 COMPONENTS: dict[str, str] = {
-    "model (torch forward)": r"torch/nn/|engine/zoo/|EagerRuntime\.run|onnxruntime/",
+    "model (torch forward)": r"torch/nn/|engine/zoo/|engine/backends/|onnxruntime/",
     "input validation + numpy": r"engine/schema\.py|numpy/",
     "JSON decode/encode": r"service/codec\.py|orjson|json/|pydantic",
-    "metrics": r"service/metrics\.py|service/timing\.py|prometheus_client/",
-    "admission + engine bookkeeping": r"engine/admission\.py|engine/served\.py|engine/pool\.py|engine/batching\.py",
-    "worker hand-off (threads, futures)": (
-        r"engine/workers\.py|engine/dispatch\.py|concurrent/futures|threading\.py|queue\.py|anyio/"
+    "metrics": r"service/metrics\.py|service/metric_slots\.py|service/timing\.py|prometheus_client/",
+    "admission + engine bookkeeping": (
+        r"engine/admission\.py|engine/served\.py|engine/pool\.py|engine/batching\.py|engine/pipeline\.py"
+        r"|engine/executors?\.py|engine/requests\.py"
     ),
-    "middleware + route code": r"service/middleware\.py|service/routes/|service/host\.py|service/logs\.py|peers/",
+    "worker hand-off (threads, futures)": (
+        r"engine/workers\.py|concurrent/futures|threading\.py|queue\.py|anyio/"
+    ),
+    "middleware + route code": (
+        r"service/middleware\.py|service/routes/|service/host\.py|service/logs\.py|service/fastpath\.py"
+        r"|service/rawasgi\.py|service/errors\.py|service/auth\.py|peers/"
+    ),
     "FastAPI/Starlette": r"fastapi/|starlette/",
     "uvicorn (HTTP protocol)": r"uvicorn/",
     "asyncio event loop": r"asyncio/",

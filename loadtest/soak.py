@@ -132,8 +132,9 @@ def _batch(rng: random.Random) -> Call:
 
 
 def _tiny_timeout(rng: random.Random) -> Call:
-    # 1 to 50 µs: shorter than one model call, so admission refuses it (503) or it times out (504).
-    ms = rng.choice(["0.001", "0.01", "0.05"])
+    # 1 to 5 µs: shorter than any model call (onnxruntime's digits call alone is ~20 µs), so
+    # admission refuses it (503) or it times out (504).
+    ms = rng.choice(["0.001", "0.002", "0.005"])
     i = rng.randrange(len(IMAGES))
     return _predict(IMAGES[i].tolist(), DEADLINE, ms)
 

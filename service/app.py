@@ -15,6 +15,7 @@ from config import Settings
 from engine import EngineClient
 from service.auth import ApiKeyAuth
 from service.errors import install_error_handlers
+from service.fastpath import InferPoolApp
 from service.host import ModelHost
 from service.metrics import Metrics
 from service.middleware import Activity, RequestContext
@@ -59,7 +60,7 @@ def create_app(settings: Settings) -> FastAPI:
         finally:
             host.close()
 
-    app = FastAPI(
+    app = InferPoolApp(
         title="InferPool",
         version=version,
         description="Fast PyTorch model serving on CPUs.",
@@ -68,6 +69,14 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.settings = settings
     app.state.host = host
     app.state.metrics = metrics
+    # The hot routes' raw handlers, by the endpoint that documents each (service/fastpath.py).
+    answer_predict, answer_infer = predict.Predict(host, metrics), v2.Infer(host, metrics)
+    app.state.hot_handlers = {
+        predict.predict: answer_predict,
+        predict.predict_named: answer_predict,
+        v2.infer: answer_infer,
+    }
+    app.state.hot_routers = [predict.router, v2.router]
     app.include_router(predict.router)
     app.include_router(health.router)
     app.include_router(v2.router)

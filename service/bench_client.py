@@ -104,12 +104,16 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+SERVE = ("-m", "service.cli", "serve")
+REFERENCE = ("-m", "service.bench_reference")  # the bare ASGI app the bench compares with
+
+
 @contextmanager
-def serve_subprocess(serve_args: list[str], ready_timeout: float) -> Iterator[int]:
-    """``inferpool serve`` with the bench's own settings arguments on a free 127.0.0.1 port
-    (given last, so they win), until it is ready; yields the port; SIGTERM on exit."""
+def serve_subprocess(serve_args: list[str], ready_timeout: float, command: tuple[str, ...] = SERVE) -> Iterator[int]:
+    """``inferpool serve`` (or ``command``) with the bench's own settings arguments on a free
+    127.0.0.1 port (given last, so they win), until it is ready; yields the port; SIGTERM on exit."""
     port = free_port()
-    argv = [sys.executable, "-m", "service.cli", "serve", *serve_args, "--host", "127.0.0.1", "--port", str(port)]
+    argv = [sys.executable, *command, *serve_args, "--host", "127.0.0.1", "--port", str(port)]
     log = Path(tempfile.mkstemp(prefix="inferpool-bench-", suffix=".log")[1])
     with log.open("wb") as sink:
         process = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, env={**os.environ})

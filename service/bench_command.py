@@ -7,8 +7,11 @@ How much does serving cost on *your* hardware and model? Times, on the model's e
 - the HTTP round trip of ``POST /predict`` (JSON) and of v2 infer with binary tensors, one
   request at a time over one keep-alive connection to a real ``inferpool serve`` started with
   the same settings on a free 127.0.0.1 port,
+- the same ``POST /predict`` to a bare ASGI reference (service/bench_reference.py: uvicorn with
+  the same loop and HTTP settings, orjson in and out around the same bare model call, inline),
 
-and reports the server overhead (HTTP minus bare, in µs and as a ratio), the backend and
+and reports the server overhead (HTTP minus bare, in µs and as a ratio), InferPool's
+``/predict`` overhead beside the bare ASGI app's and their ratio, the backend and
 dispatch the server chose, and the thread budget. With ``--runtime.backend auto`` the bench
 chooses once, while loading its own copy, and starts the server with that backend, so that
 both sides time the same one (the report keeps ``auto``'s table). The phases run in interleaved rounds, so
@@ -31,15 +34,15 @@ from pathlib import Path
 from typing import Any
 
 import uvloop
-from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 
 from config import Settings, load_settings
 from engine import ConfigError, EngineError, ServedModel
-from service.bench_client import KeepAlive, json_request, serve_subprocess, v2_binary_request
+from service.bench_client import REFERENCE, KeepAlive, json_request, serve_subprocess, v2_binary_request
 from service.bench_report import format_table, summarize
 from service.host import plans
 
+REFERENCE_PHASE = "bare_asgi"  # reported apart from the server's own phases
 Phase = Callable[[int, float], list[float]]
 """(most calls, seconds allowed) -> seconds per call."""
 
@@ -113,17 +116,20 @@ def run(settings: Settings, serve_args: list[str], limits: Limits, inputs: objec
     try:
         with (
             serve_subprocess(serve_args, limits.ready_timeout) as port,
+            serve_subprocess(serve_args, limits.ready_timeout, REFERENCE) as reference_port,
             asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner,
         ):
-            client = KeepAlive(port)
+            client, reference = KeepAlive(port), KeepAlive(reference_port)
             try:
                 phases = _phases(served, payload, client, runner)
+                phases.order[REFERENCE_PHASE] = _http_phase(reference, reference.build("POST", *json_request(payload)))
                 times = _interleave(phases, limits)
                 facts = _server_facts(client, served.name)
                 if facts["backend"] != chosen:
                     raise RuntimeError(f"the server runs backend {facts['backend']!r}, the bare calls ran {chosen!r}")
             finally:
                 client.close()
+                reference.close()
     finally:
         served.close()
     return _report(settings, served, facts, times, phases, limits)
@@ -197,27 +203,25 @@ def _interleave(phases: Phases, limits: Limits) -> dict[str, list[float]]:
     return times
 
 
-def _server_facts(client: KeepAlive, model: str) -> dict[str, str]:
-    """What the server says it runs (its choice when the settings say ``auto``)."""
-    status, body = client.exchange(client.build("GET", "/metrics"))
+def _server_facts(client: KeepAlive, model: str) -> dict[str, Any]:
+    """What the server says it runs (its choices when the settings say ``auto``)."""
+    status, body = client.exchange(client.build("GET", f"/v2/models/{model}/config"))
     if status != 200:
-        raise RuntimeError(f"GET /metrics answered {status}")
-    for family in text_string_to_metric_families(body.decode()):
-        for sample in family.samples:
-            if sample.name == "inferpool_build_info" and sample.labels.get("model") == model:
-                return {"backend": sample.labels["backend"], "dispatch": sample.labels["dispatch"]}
-    raise RuntimeError(f"the server's /metrics has no inferpool_build_info for model {model!r}")
+        raise RuntimeError(f"GET /v2/models/{model}/config answered {status}")
+    facts: dict[str, Any] = json.loads(body)
+    return facts
 
 
 def _report(
     settings: Settings,
     served: ServedModel,
-    facts: dict[str, str],
+    facts: dict[str, Any],
     times: dict[str, list[float]],
     phases: Phases,
     limits: Limits,
 ) -> dict[str, Any]:
     stats = {name: summarize(values) for name, values in times.items()}
+    reference = stats.pop(REFERENCE_PHASE)
     bare = stats["bare"]
     overhead = {
         name: {
@@ -231,12 +235,15 @@ def _report(
     client_cpu = {
         name: round(phases.cpu_seconds[name] / len(times[name]) * 1e6, 1) for name in times if name.startswith("http")
     }
+    ours = stats["http_json"]["p50_us"] - bare["p50_us"]
+    theirs = reference["p50_us"] - bare["p50_us"]
     return {
         "model": served.name,
         "source": settings.model,
         "backend": facts["backend"],
         "backend_configured": settings.runtime.backend,
         "dispatch": facts["dispatch"],
+        "dispatch_selection": facts.get("dispatch_selection"),
         "auto": served.selection.report() if served.selection.trials else None,
         "threads": {
             "server_processes": settings.workers,
@@ -248,4 +255,11 @@ def _report(
         "timings": stats,
         "overhead": overhead,
         "client_cpu_us_per_request": client_cpu,
+        "reference": {
+            "bare_asgi": reference,
+            "bare_asgi_overhead_p50_us": round(theirs, 1),
+            "inferpool_overhead_p50_us": round(ours, 1),
+            # Goal <= 1.5: InferPool's own machinery at most half again a bare ASGI handler's.
+            "ratio_p50": round(ours / theirs, 2) if theirs > 0 else None,
+        },
     }

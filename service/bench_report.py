@@ -35,6 +35,7 @@ def format_table(report: dict[str, Any]) -> str:
         f"backend {backend}, dispatch {report['dispatch']}, {threads['runtimes']} runtimes x "
         f"{threads['intra_op_threads']} intra-op threads, {threads['usable_cpus']} usable CPUs per process, "
         f"{threads['server_processes']} server process(es)",
+        *_dispatch_line(report.get("dispatch_selection")),
         "",
         f"{'':<34}{'calls':>7}{'p50 µs':>10}{'p99 µs':>10}   {'overhead p50 / p99 µs':>22}{'x bare p50':>12}",
     ]
@@ -46,9 +47,28 @@ def format_table(report: dict[str, Any]) -> str:
     cpu = ", ".join(
         f"{LABELS.get(k, k).split(' (')[0]} {v:.1f} µs" for k, v in report["client_cpu_us_per_request"].items()
     )
+    ref = report["reference"]
+    asgi = ref["bare_asgi"]
+    ratio = "n/a" if ref["ratio_p50"] is None else f"{ref['ratio_p50']:.2f}x"
     lines += [
+        f"{'bare ASGI app, JSON + bare call':<34}{asgi['calls']:>7}{asgi['p50_us']:>10.1f}{asgi['p99_us']:>10.1f}"
+        f"   {ref['bare_asgi_overhead_p50_us']:>10.1f}",
         "",
+        f"HTTP /predict overhead p50: InferPool {ref['inferpool_overhead_p50_us']:.1f} µs, bare ASGI app "
+        f"{ref['bare_asgi_overhead_p50_us']:.1f} µs: {ratio} (same uvicorn settings, bare call inline)",
         "overhead = phase - bare call, at the same percentile; one request at a time, one keep-alive connection.",
         f"The client runs on this machine inside each round trip; its CPU per request: {cpu}.",
     ]
     return "\n".join(lines)
+
+
+def _dispatch_line(figures: dict[str, Any] | None) -> list[str]:
+    """Why the server chose its dispatch (``dispatch = "auto"``), from its own figures."""
+    if not figures:
+        return []
+    share = figures.get("gil_share")
+    held = "not measured" if share is None else f"{share:.2f}"
+    return [
+        f"dispatch chosen by measurement: call {figures.get('call_us')} µs, GIL held {held} of it, hand-off "
+        f"{figures.get('handoff_us')} µs -> {figures.get('rule')}: {figures.get('reason')}"
+    ]

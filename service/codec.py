@@ -6,31 +6,42 @@ from typing import Any
 
 import numpy as np
 import orjson
-from fastapi import Request, Response
+from fastapi import Response
+from starlette.types import Receive
 
 from service.apierror import ApiError
 
 _DUMP_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
 
 
-async def read_body(request: Request, limit: int) -> bytearray:
-    """The whole body, refusing (413) before buffering more than ``limit`` bytes.
+class Disconnected(Exception):
+    """The client went away before its body arrived: there is no one to answer."""
+
+
+async def read_body(receive: Receive, declared: bytes | None, limit: int) -> bytearray:
+    """The whole body, refusing (413) before buffering more than ``limit`` bytes; ``declared``
+    is the request's Content-Length header, if any.
 
     Not FastAPI's ``max_body_size``: that answers 413 in plain text and signals through
     exceptions that cross every middleware, and clients here are promised JSON errors."""
-    declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise ApiError(413, f"request body of {declared} bytes exceeds the limit of {limit} bytes", "body_too_large")
+        refusal = f"request body of {declared.decode()} bytes exceeds the limit of {limit} bytes"
+        raise ApiError(413, refusal, "body_too_large")
     # A bytearray costs the same single join as bytes, and numpy views of it are writable,
     # which lets torch take binary tensors from the body without a copy.
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            raise Disconnected
+        chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
             raise ApiError(413, f"request body exceeds the limit of {limit} bytes", "body_too_large")
         chunks.append(chunk)
-    return bytearray().join(chunks)
+        if not message.get("more_body", False):
+            return bytearray().join(chunks)
 
 
 def decode_inputs(body: bytes | bytearray) -> object:

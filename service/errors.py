@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -53,9 +54,52 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
+def error_body(message: str, **extra: Any) -> bytes:
+    return orjson.dumps({"error": message} | {k: v for k, v in extra.items() if v is not None})
+
+
 def error_response(status: int, message: str, headers: Mapping[str, str] | None = None, **extra: Any) -> Response:
-    body = {"error": message} | {k: v for k, v in extra.items() if v is not None}
-    return Response(orjson.dumps(body), status_code=status, media_type="application/json", headers=headers)
+    return Response(error_body(message, **extra), status_code=status, media_type="application/json", headers=headers)
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorAnswer:
+    """What a deliberate error answers: the FastAPI handlers and the hot routes' raw ASGI
+    handlers (service/hotpath.py) both build their responses from this one table."""
+
+    status: int
+    message: str
+    headers: dict[str, str] | None = None
+    input: str | None = None
+
+    def response(self) -> Response:
+        return error_response(self.status, self.message, self.headers, input=self.input)
+
+
+def answer_for(exc: Exception, metrics: Metrics) -> ErrorAnswer | None:
+    """The answer to a deliberate error (counted under its reason), None for anything else."""
+    if isinstance(exc, EngineError):
+        metrics.observe_error(exc.reason)
+        status = next((code for kind, code in STATUS.items() if isinstance(exc, kind)), 500)
+        headers = None
+        if status == 503:
+            retry = exc.retry_after if isinstance(exc, Overloaded) else 1.0
+            headers = {"Retry-After": str(max(1, round(retry)))}
+            if isinstance(exc, NotReady):  # loading or draining: send the client to another replica
+                headers["Connection"] = "close"
+        return ErrorAnswer(status, str(exc), headers, getattr(exc, "input_name", None))
+    if isinstance(exc, ApiError):
+        metrics.observe_error(exc.reason)
+        return ErrorAnswer(exc.status, str(exc))
+    return None
+
+
+def unexpected(scope: Scope, metrics: Metrics) -> ErrorAnswer:
+    """Anything no handler claimed: logged once with its traceback (call it in the except
+    block), answered with a 500 that leaks no internals."""
+    log.exception("unhandled error on %s %s", scope.get("method"), scope.get("path"))
+    metrics.observe_error("internal")
+    return ErrorAnswer(500, "internal server error; the server log has the details")
 
 
 def _metrics(request: Request) -> Metrics:
@@ -63,23 +107,10 @@ def _metrics(request: Request) -> Metrics:
     return metrics
 
 
-def _engine_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, EngineError)
-    _metrics(request).observe_error(exc.reason)
-    status = next((code for kind, code in STATUS.items() if isinstance(exc, kind)), 500)
-    headers = None
-    if status == 503:
-        retry = exc.retry_after if isinstance(exc, Overloaded) else 1.0
-        headers = {"Retry-After": str(max(1, round(retry)))}
-        if isinstance(exc, NotReady):  # loading or draining: send the client to another replica
-            headers["Connection"] = "close"
-    return error_response(status, str(exc), headers, input=getattr(exc, "input_name", None))
-
-
-def _api_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, ApiError)
-    _metrics(request).observe_error(exc.reason)
-    return error_response(exc.status, str(exc))
+def _deliberate(request: Request, exc: Exception) -> Response:
+    answer = answer_for(exc, _metrics(request))
+    assert answer is not None, "registered only for EngineError and ApiError"
+    return answer.response()
 
 
 def _http_error(request: Request, exc: Exception) -> Response:
@@ -97,8 +128,8 @@ def _validation_error(request: Request, exc: Exception) -> Response:
 
 def install_error_handlers(app: FastAPI, metrics: Metrics) -> None:
     handlers: dict[type[Exception], Callable[[Request, Exception], Response | Awaitable[Response]]] = {
-        EngineError: _engine_error,
-        ApiError: _api_error,
+        EngineError: _deliberate,
+        ApiError: _deliberate,
         HTTPException: _http_error,
         RequestValidationError: _validation_error,
     }
@@ -128,8 +159,7 @@ class ErrorBoundary:
 
         try:
             await self.app(scope, receive, tracking_send)
-        except Exception:
-            log.exception("unhandled error on %s %s", scope.get("method"), scope.get("path"))
-            self.metrics.observe_error("internal")
+        except Exception:  # noqa: BLE001 -- unexpected() logs the traceback
+            answer = unexpected(scope, self.metrics)
             if not started:
-                await error_response(500, "internal server error; the server log has the details")(scope, receive, send)
+                await answer.response()(scope, receive, send)

@@ -2,23 +2,33 @@
 
 Base units are seconds; latency buckets start at 25 µs because a warm small model answers in
 well under a millisecond and coarser buckets would hide the server's own overhead. Each app
-gets its own registry, so several apps in one process (tests) never collide. With
-``PROMETHEUS_MULTIPROC_DIR`` set (several server processes), values live in shared files and
-``render`` aggregates every process's; gauges then sum over live processes.
+gets its own registry, so several apps in one process (tests) never collide.
+
+Per-request histograms and counters skip prometheus-client's metric objects (a lock and a
+Python loop over the buckets per observation: ~18 µs of GIL a request, loadtest/bench_metrics.py):
+an observation is a ``bisect`` and two float adds into preallocated slots, rendered by a
+collector at scrape time. Requests are observed on the event loop thread only (middleware,
+async routes), so those adds take no lock; ``observe_error`` also runs on Starlette's
+threadpool (sync exception handlers), so it and slot allocation take one.
+
+With ``PROMETHEUS_MULTIPROC_DIR`` set (several processes) the slots are an mmap file per
+process in prometheus-client's own multiprocess layout, written in place: its
+``MultiProcessCollector`` merges every process's at scrape, with nothing to flush and no lag.
+Gauges and the rare replacement counters stay prometheus-client objects.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest, multiprocess
 
 from engine import EngineClient
+from service.metric_slots import Child, Family, SlotCollector, SlotFile, bounds_of, observe
 
 log = logging.getLogger(__name__)
 
@@ -45,53 +55,51 @@ def multiprocess_dir() -> str | None:
 
 class Metrics:
     def __init__(self, latency_buckets: tuple[float, ...] = LATENCY_BUCKETS) -> None:
-        self.registry = CollectorRegistry()
-        r = self.registry
+        self.registry = r = CollectorRegistry()
+        self._lock = threading.Lock()
+        latency, fast = bounds_of(latency_buckets), bounds_of(FAST_BUCKETS)
 
-        def phase(name: str, doc: str, buckets: tuple[float, ...] = latency_buckets) -> Histogram:
-            return Histogram(name, doc, ["model"], buckets=buckets, registry=r)
+        def phase(name: str, doc: str, bounds: tuple[float, ...] = latency) -> Family:
+            return Family(name, doc, ("model",), bounds)
 
         def gauge(name: str, doc: str, mode: str = "livesum", labels: tuple[str, ...] = ("model",)) -> Gauge:
             return Gauge(name, doc, labels, registry=r, multiprocess_mode=mode)  # type: ignore[arg-type]
 
-        self.requests = Counter(
-            "inferpool_requests", "HTTP requests answered, by route template and status code.",
-            ["route", "status"], registry=r,
-        )  # fmt: skip
-        self.request_seconds = Histogram(
-            "inferpool_request_duration_seconds", "End to end: request received to response sent.",
-            ["route"], buckets=latency_buckets, registry=r,
-        )  # fmt: skip
-        self.decode_seconds = phase(
-            "inferpool_decode_seconds", "Reading and parsing the body and checking it against the schema.",
-            FAST_BUCKETS,
-        )  # fmt: skip
-        self.queue_seconds = phase("inferpool_queue_wait_seconds", "Waiting for a worker thread.")
-        self.batch_seconds = phase(
-            "inferpool_batch_formation_seconds", "Waiting for a batch to fill (observed when batching is on)."
+        route_doc = "HTTP requests answered, by route template and status code."
+        self.requests = Family("inferpool_requests", route_doc, ("route", "status"))
+        end_to_end = "End to end: request received to response sent."
+        self.request_seconds = Family("inferpool_request_duration_seconds", end_to_end, ("route",), latency)
+        # In the order observe_inference unpacks them.
+        self._model_families = (
+            phase("inferpool_decode_seconds", "Reading and parsing the body and checking it against the schema.", fast),
+            phase("inferpool_queue_wait_seconds", "Waiting for a worker thread."),
+            phase("inferpool_batch_formation_seconds", "Waiting for a batch to fill (observed when batching is on)."),
+            phase("inferpool_inference_seconds", "Borrowing a runtime and running the model."),
+            phase("inferpool_encode_seconds", "Encoding the response body.", fast),
+            phase("inferpool_server_overhead_seconds", "End to end minus inference: what the server itself costs."),
+            phase("inferpool_batch_size", "Samples per model call.", bounds_of(BATCH_BUCKETS)),
         )
-        self.compute_seconds = phase("inferpool_inference_seconds", "Borrowing a runtime and running the model.")
-        self.encode_seconds = phase("inferpool_encode_seconds", "Encoding the response body.", FAST_BUCKETS)
-        self.overhead_seconds = phase(
-            "inferpool_server_overhead_seconds", "End to end minus inference: what the server itself costs."
-        )
-        self.batch_size = Histogram(
-            "inferpool_batch_size", "Samples per model call.", ["model"], buckets=BATCH_BUCKETS, registry=r
-        )
-        self.rejections = Counter(
-            "inferpool_rejections", "Requests refused to protect the service, by reason.", ["reason"], registry=r
-        )
-        self.failures = Counter("inferpool_failures", "Requests that failed, by reason.", ["reason"], registry=r)
-        self.runtime_replacements = Counter(
-            "inferpool_runtime_replacements", "Runtimes rebuilt after the model raised.", ["model"], registry=r
-        )
-        self.worker_replacements = Counter(
-            "inferpool_worker_replacements", "Worker threads restarted after one died.", ["model"], registry=r
-        )
+        reject_doc = "Requests refused to protect the service, by reason."
+        self.rejections = Family("inferpool_rejections", reject_doc, ("reason",))
+        self.failures = Family("inferpool_failures", "Requests that failed, by reason.", ("reason",))
+        self._values: list[float] = []
+        self._files: dict[bool, SlotFile] = {}  # by "is a counter"
+        if (directory := multiprocess_dir()) is None:
+            families = [self.requests, self.request_seconds, *self._model_families, self.rejections, self.failures]
+            r.register(SlotCollector(families))
+        else:  # a file per type: the collector takes the type from the file's name
+            for counter, kind in ((True, "counter"), (False, "histogram")):
+                self._files[counter] = SlotFile.of(os.path.join(directory, f"{kind}_inferpool_{os.getpid()}.db"))
+        self._routes: dict[tuple[str, int], tuple[Child, Child]] = {}
+        self._models: dict[str, tuple[Child, ...]] = {}
+        self._reasons: dict[str, Child] = {}
+
+        # Written by refresh() only, at most every REFRESH_SECONDS: prometheus-client's own.
+        replaced = "inferpool_runtime_replacements", "Runtimes rebuilt after the model raised."
+        self.runtime_replacements = Counter(*replaced, ["model"], registry=r)
+        restarted = "inferpool_worker_replacements", "Worker threads restarted after one died."
+        self.worker_replacements = Counter(*restarted, ["model"], registry=r)
         self._seen_replacements: dict[tuple[str, str], int] = {}
-        # Labelled children looked up once: labels() takes a lock and builds a key each time,
-        # ~2 µs, nine times a request. Keys are bounded: configured models, route templates x statuses.
-        self._children: dict[tuple[str, ...], tuple[Any, ...]] = {}
         self._refreshed: dict[str, float] = {}
         self.in_flight = gauge("inferpool_inflight_requests", "Requests accepted and not yet answered.")
         self.queue_depth = gauge("inferpool_queue_depth", "Accepted requests waiting for a runtime.")
@@ -99,12 +107,24 @@ class Metrics:
         self.runtimes_idle = gauge("inferpool_runtimes_idle", "Runtimes free to take a request.")
         self.runtimes = gauge("inferpool_runtimes", "Runtimes configured.")
         self.threads = gauge("inferpool_threads", "Inference threads configured (runtimes x intra-op threads).")
-        self.info = gauge(
-            "inferpool_build_info",
-            "Always 1; the labels say what is serving.",
-            mode="max",
-            labels=("version", "model", "backend", "dispatch", "torch_version"),
-        )
+        info_labels = ("version", "model", "backend", "dispatch", "torch_version")
+        self.info = gauge("inferpool_build_info", "Always 1; the labels say what is serving.", "max", info_labels)
+
+    def _child(self, family: Family, values: tuple[str, ...]) -> Child:
+        """A label set's slots, made on first sight (bounded: configured models, route
+        templates x statuses, fixed reasons)."""
+        with self._lock:
+            found = family.children.get(values)
+            if found is None:
+                keys = family.keys(values)
+                if self._files:
+                    slots, index = self._files[not family.bounds].allocate(keys)
+                else:
+                    slots, index = self._values, tuple(range(len(self._values), len(self._values) + len(keys)))
+                    self._values.extend([0.0] * len(keys))
+                family.created[values] = time.time()
+                found = family.children[values] = (slots, index, family.bounds)
+            return found
 
     def model_ready(self, model: EngineClient, version: str) -> None:
         info = model.info
@@ -122,12 +142,13 @@ class Metrics:
             return
         self._refreshed[model.name] = now
         stats = model.stats()
-        self.in_flight.labels(model.name).set(stats.in_flight)
-        self.runtimes_busy.labels(model.name).set(stats.busy_runtimes)
-        self.runtimes_idle.labels(model.name).set(stats.idle_runtimes)
-        self.queue_depth.labels(model.name).set(stats.queued)
-        self._count_up(self.runtime_replacements, model.name, stats.replaced_runtimes)
-        self._count_up(self.worker_replacements, model.name, stats.replaced_workers)
+        with self._lock:  # the loader thread (model_ready) and the event loop (scrapes) both come here
+            self.in_flight.labels(model.name).set(stats.in_flight)
+            self.runtimes_busy.labels(model.name).set(stats.busy_runtimes)
+            self.runtimes_idle.labels(model.name).set(stats.idle_runtimes)
+            self.queue_depth.labels(model.name).set(stats.queued)
+            self._count_up(self.runtime_replacements, model.name, stats.replaced_runtimes)
+            self._count_up(self.worker_replacements, model.name, stats.replaced_workers)
 
     def _count_up(self, counter: Counter, model: str, total: int) -> None:
         """The engine keeps running totals; a counter needs the increments since last time."""
@@ -137,48 +158,56 @@ class Metrics:
             counter.labels(model).inc(delta)
             self._seen_replacements[key] = total
 
-    def _labelled(self, key: tuple[str, ...], make: Callable[[], tuple[Any, ...]]) -> tuple[Any, ...]:
-        found = self._children.get(key)
-        if found is None:
-            found = self._children[key] = make()
-        return found
+    # The observe_* methods catch rather than use a context manager: a try costs nothing until
+    # something raises, and a metrics failure must never fail a request.
 
     def observe_request(self, route: str, status: int, seconds: float, inference: Inference | None) -> None:
-        with _Guard("request"):
-            count, duration = self._labelled(
-                ("request", route, str(status)),
-                lambda: (self.requests.labels(route, str(status)), self.request_seconds.labels(route)),
-            )
-            count.inc()
-            duration.observe(seconds)
+        try:
+            found = self._routes.get((route, status))
+            if found is None:
+                count = self._child(self.requests, (route, str(status)))
+                found = self._routes[route, status] = (count, self._child(self.request_seconds, (route,)))
+            slots, index, _ = found[0]
+            slots[index[0]] += 1.0
+            observe(found[1], seconds)
             if inference is not None:
-                self._model_children(inference.model)[-1].observe(seconds - inference.compute_seconds)
+                observe(self._model(inference.model)[5], seconds - inference.compute_seconds)
+        except Exception:
+            log.exception("recording request metrics failed")
 
-    def _model_children(self, model: str) -> tuple[Any, ...]:
-        histograms = (
-            self.decode_seconds, self.queue_seconds, self.batch_seconds, self.compute_seconds,
-            self.encode_seconds, self.batch_size, self.overhead_seconds,
-        )  # fmt: skip
-        return self._labelled(("model", model), lambda: tuple(h.labels(model) for h in histograms))
+    def _model(self, model: str) -> tuple[Child, ...]:
+        found = self._models.get(model)
+        if found is None:
+            found = self._models[model] = tuple(self._child(family, (model,)) for family in self._model_families)
+        return found
 
     def observe_inference(self, inference: Inference) -> None:
-        with _Guard("inference"):
-            decode, queue, batch, compute, encode, size, _ = self._model_children(inference.model)
-            decode.observe(inference.decode_seconds)
-            queue.observe(inference.queue_seconds)
+        try:
+            decode, queue, batch, compute, encode, _, size = self._model(inference.model)
+            observe(decode, inference.decode_seconds)
+            observe(queue, inference.queue_seconds)
             if inference.batch_size > 1 or inference.batch_seconds:
-                batch.observe(inference.batch_seconds)
-            compute.observe(inference.compute_seconds)
-            encode.observe(inference.encode_seconds)
-            size.observe(inference.batch_size)
+                observe(batch, inference.batch_seconds)
+            observe(compute, inference.compute_seconds)
+            observe(encode, inference.encode_seconds)
+            observe(size, inference.batch_size)
+        except Exception:
+            log.exception("recording inference metrics failed")
 
     def observe_error(self, reason: str) -> None:
-        with _Guard("error"):
-            (self.rejections if reason in REJECTION_REASONS else self.failures).labels(reason).inc()
+        try:
+            found = self._reasons.get(reason)
+            if found is None:
+                family = self.rejections if reason in REJECTION_REASONS else self.failures
+                found = self._reasons[reason] = self._child(family, (reason,))
+            slots, index, _ = found
+            with self._lock:  # Starlette runs sync exception handlers on its threadpool
+                slots[index[0]] += 1.0
+        except Exception:
+            log.exception("recording error metrics failed")
 
     def render(self) -> bytes:
-        directory = multiprocess_dir()
-        if directory is None:
+        if not self._files or (directory := multiprocess_dir()) is None:
             return generate_latest(self.registry)
         merged = CollectorRegistry()
         multiprocess.MultiProcessCollector(merged, path=directory)  # type: ignore[no-untyped-call]
@@ -204,19 +233,3 @@ class Inference:
             self.decode_seconds * 1e3, self.queue_seconds * 1e3, self.batch_seconds * 1e3,
             self.compute_seconds * 1e3, self.encode_seconds * 1e3, total_seconds * 1e3,
         )  # fmt: skip
-
-
-class _Guard:
-    """A metrics failure must never fail a request: log it and carry on."""
-
-    def __init__(self, what: str) -> None:
-        self.what = what
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> bool:
-        if exc_type is not None and issubclass(exc_type, Exception):
-            log.exception("recording %s metrics failed", self.what)
-            return True
-        return False

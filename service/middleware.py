@@ -21,13 +21,17 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.logs import request_id
+from engine.requests import request_id
 from service.metrics import Metrics
 
 STARTED = "inferpool.started"  # scope keys the /predict route reads and writes
 INFERENCE = "inferpool.inference"
 MAX_REQUEST_ID = 128
+CLIENT_CLOSED = 499  # as nginx logs a request whose client left before it was answered
 NEVER_SHED = ("/health", "/v2/health", "/metrics")  # probes and scrapes must answer under overload
+# One counter per process: the hot routes run their own instance of this middleware
+# (service/fastpath.py), and ids must stay unique across both.
+_SERIAL = itertools.count()
 SHED_RESPONSE_HEADERS = [
     (b"content-type", b"application/json"),
     (b"retry-after", b"1"),
@@ -63,7 +67,7 @@ class RequestContext:
         self.app = app
         self.metrics = metrics
         # Cheaper than a uuid4 per request and still unique across processes and restarts.
-        self._ids = (f"{os.getpid():x}-{int(time.time()):x}-{n}" for n in itertools.count())
+        self._ids = (f"{os.getpid():x}-{int(time.time()):x}-{n}" for n in _SERIAL)
         self.activity = activity
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -81,14 +85,15 @@ class RequestContext:
             return
         request_id.set(rid)
         status = 500
-        counted = answered = False
+        counted = answered = gone = False
 
         async def counting_receive() -> Message:
             # Counted in once its body is all here, not at the door: a client that stalls
             # halfway through an upload must not hold a place (70 stalled uploads shut every
             # other client out when counted at the door). Only the event loop thread counts.
-            nonlocal counted
+            nonlocal counted, gone
             message = await receive()
+            gone = message["type"] == "http.disconnect"
             if not counted and message["type"] == "http.request" and not message.get("more_body", False):
                 counted = True
                 self.activity.active += 1
@@ -112,6 +117,8 @@ class RequestContext:
         finally:
             if not answered:
                 self.activity.active -= counted
+                if gone:
+                    status = CLIENT_CLOSED  # nobody to answer: not a server error
             # The route template, never the raw path: raw paths would be unbounded labels.
             route = getattr(scope.get("route"), "path", "unmatched")
             self.metrics.observe_request(route, status, time.perf_counter() - started, scope.get(INFERENCE))

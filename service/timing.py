@@ -7,19 +7,20 @@ from __future__ import annotations
 import math
 import time
 
-from fastapi import Request
+from starlette.types import Scope
 
 from engine import Prediction
 from service.apierror import ApiError
 from service.metrics import Inference, Metrics
 from service.middleware import INFERENCE, STARTED
 
-TIMEOUT_HEADER = "x-request-timeout-ms"
+TIMEOUT_HEADER = b"x-request-timeout-ms"
 
 
-def deadline(request: Request, default_ms: float, override_ms: object = None) -> float | None:
-    """Absolute ``time.monotonic()`` deadline: the request's own timeout, else the default."""
-    given = override_ms if override_ms is not None else request.headers.get(TIMEOUT_HEADER)
+def deadline(header: bytes | None, default_ms: float, override_ms: object = None) -> float | None:
+    """Absolute ``time.monotonic()`` deadline: the request's own timeout (the v2 parameter,
+    else the X-Request-Timeout-Ms header), else the default."""
+    given = override_ms if override_ms is not None else (None if header is None else header.decode("latin-1"))
     if given is None:
         return time.monotonic() + default_ms / 1e3 if default_ms else None
     try:
@@ -32,7 +33,7 @@ def deadline(request: Request, default_ms: float, override_ms: object = None) ->
 
 
 def record(
-    request: Request,
+    scope: Scope,
     metrics: Metrics,
     model: str,
     prediction: Prediction,
@@ -41,8 +42,8 @@ def record(
     parsed: float,
     encoding: float,
     encoded: float,
-) -> dict[str, str]:
-    """Observe the phases; returns the response headers that report them."""
+) -> str:
+    """Observe the phases; returns the ``Server-Timing`` header that reports them."""
     inference = Inference(
         model=model,
         decode_seconds=parsed - received + prediction.validate_seconds,
@@ -52,6 +53,6 @@ def record(
         batch_size=prediction.batch_size,
         batch_seconds=prediction.batch_seconds,
     )
-    request.scope[INFERENCE] = inference
+    scope[INFERENCE] = inference
     metrics.observe_inference(inference)
-    return {"Server-Timing": inference.server_timing(encoded - request.scope.get(STARTED, received))}
+    return inference.server_timing(encoded - scope.get(STARTED, received))

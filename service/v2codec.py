@@ -31,6 +31,10 @@ DATATYPES = {
     "FP16": "float16", "FP32": "float32", "FP64": "float64",
 }  # fmt: skip
 V2_TYPES = {numpy: v2 for v2, numpy in DATATYPES.items()} | {"object": "BYTES"}
+# Looked up by dtype object, never by ``dtype.name``: numpy builds that string in Python, ~3 µs
+# a call, which made encoding a two-output response 10x the cost of /predict's (11 vs 1.1 µs).
+_V2_OF_DTYPE = {np.dtype(numpy): v2 for numpy, v2 in V2_TYPES.items()}
+_LITTLE = {v2: np.dtype(numpy).newbyteorder("<") for v2, numpy in DATATYPES.items()}
 _LENGTH = np.dtype("<u4")
 
 
@@ -98,7 +102,7 @@ def _input(tensor: Mapping[str, Any], body: bytearray, offset: int) -> tuple[str
         raise bad(f"input '{name}': 'shape' must be a list of non-negative integers")
     if datatype == "BYTES":
         return _bytes_input(name, tensor, shape, body, offset)
-    dtype = np.dtype(DATATYPES[datatype])
+    dtype = _LITTLE[datatype]
     numel = math.prod(shape)
     size = _object(tensor.get("parameters", {}), f"input '{name}' parameters").get("binary_data_size")
     if size is not None:
@@ -109,7 +113,7 @@ def _input(tensor: Mapping[str, Any], body: bytearray, offset: int) -> tuple[str
             )
         if offset + size > len(body):
             raise bad(f"input '{name}': the body ends {offset + size - len(body)} bytes before its binary data")
-        array = np.frombuffer(body, dtype=dtype.newbyteorder("<"), count=numel, offset=offset)
+        array = np.frombuffer(body, dtype=dtype, count=numel, offset=offset)
         return name, array.reshape(shape), offset + size
     if "data" not in tensor:
         raise bad(f"input '{name}' has neither 'data' nor a binary_data_size parameter")
@@ -186,7 +190,7 @@ def encode_response(
     blobs: list[memoryview] = []
     for name, binary in wanted.items():
         array = np.ascontiguousarray(outputs[name])
-        entry: dict[str, Any] = {"name": name, "datatype": V2_TYPES[array.dtype.name], "shape": list(array.shape)}
+        entry: dict[str, Any] = {"name": name, "datatype": _v2_type(array.dtype), "shape": list(array.shape)}
         if array.dtype.kind == "O":  # BYTES: strings (or bytes) from a handler
             items = [v if isinstance(v, bytes) else str(v).encode() for v in array.reshape(-1).tolist()]
             if binary or request.binary_output:
@@ -209,6 +213,11 @@ def encode_response(
     if not blobs:
         return header, None
     return b"".join([header, *blobs]), len(header)
+
+
+def _v2_type(dtype: np.dtype[Any]) -> str:
+    found = _V2_OF_DTYPE.get(dtype)  # native byte order; others (big-endian) by name
+    return found if found is not None else V2_TYPES[dtype.name]
 
 
 def metadata(name: str, schema: Schema, version: str = "1", handler: Handler | None = None) -> dict[str, Any]:

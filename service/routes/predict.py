@@ -1,18 +1,25 @@
-"""POST /predict: tensors in, tensors out, for the served model."""
+"""POST /predict: tensors in, tensors out, for the served model.
+
+Declared for OpenAPI and answered by ``Predict``, a raw ASGI handler (service/fastpath.py
+says why and how)."""
 
 from __future__ import annotations
 
 import time
 
 from fastapi import APIRouter, Request, Response
+from starlette.types import Receive, Scope
 
+from engine.requests import request_id
 from service.codec import decode_inputs, encode_json, read_body
-from service.deps import host_of, metrics_of
 from service.errors import documented_error
+from service.fastpath import documentation_only
 from service.openapi import PREDICT_REQUEST, PREDICT_RESPONSES
-from service.timing import deadline, record
+from service.rawasgi import JSON, Answer, RawRoute, request_headers
+from service.timing import TIMEOUT_HEADER, deadline, record
 
 router = APIRouter()
+HEADERS = frozenset({b"content-length", TIMEOUT_HEADER})
 
 
 @router.post(
@@ -24,9 +31,10 @@ router = APIRouter()
 async def predict(request: Request) -> Response:
     """Send `{"inputs": x}` where `x` is one sample or a batch (leading batch dimension) for
     a single-input model, or an object keyed by input name. One sample in gives one sample
-    out; a batch in gives the batch out. Inference runs on a worker thread, never on the
-    event loop. The `Server-Timing` header gives each phase in milliseconds."""
-    return await _predict(request, None)
+    out; a batch in gives the batch out. The model runs inline or on a worker thread, whichever
+    the server measured faster for it at startup. The `Server-Timing` header gives each phase in
+    milliseconds."""
+    documentation_only()
 
 
 @router.post(
@@ -37,23 +45,26 @@ async def predict(request: Request) -> Response:
 )
 async def predict_named(request: Request, name: str) -> Response:
     """As `/predict`, for one of the models listed in the config's `[[models]]`."""
-    return await _predict(request, name)
+    documentation_only()
 
 
-async def _predict(request: Request, name: str | None) -> Response:
-    # The hot path reads app state directly: FastAPI's dependency solving measured ~20% of
-    # this route's own CPU time, more than the model's input validation.
-    host, metrics = host_of(request), metrics_of(request)
-    model = host.get(name)
-    received = time.perf_counter()
-    inputs = decode_inputs(await read_body(request, host.settings.max_body_bytes))
-    parsed = time.perf_counter()
-    prediction = await model.infer(inputs, deadline(request, host.settings.request_timeout_ms))
-    encoding = time.perf_counter()
-    body = encode_json({"model": model.name, "outputs": prediction.outputs})
-    headers = record(
-        request, metrics, model.name, prediction,
-        received=received, parsed=parsed, encoding=encoding, encoded=time.perf_counter(),
-    )  # fmt: skip
-    metrics.refresh(model)
-    return Response(body, media_type="application/json", headers=headers)
+class Predict(RawRoute):
+    """The raw ASGI handler of both routes (the model by the ``name`` path parameter)."""
+
+    async def answer(self, scope: Scope, receive: Receive) -> Answer:
+        metrics = self.metrics
+        model = self.host.get(scope["path_params"].get("name"))
+        headers = request_headers(scope, HEADERS)
+        received = time.perf_counter()
+        inputs = decode_inputs(await read_body(receive, headers.get(b"content-length"), self.max_body_bytes))
+        parsed = time.perf_counter()
+        when = deadline(headers.get(TIMEOUT_HEADER), self.timeout_ms)
+        prediction = await model.infer(inputs, when, request_id.get())
+        encoding = time.perf_counter()
+        body = encode_json({"model": model.name, "outputs": prediction.outputs})
+        timing = record(
+            scope, metrics, model.name, prediction,
+            received=received, parsed=parsed, encoding=encoding, encoded=time.perf_counter(),
+        )  # fmt: skip
+        metrics.refresh(model)
+        return body, JSON, [(b"server-timing", timing.encode())]

@@ -9,21 +9,28 @@ from __future__ import annotations
 import time
 
 from fastapi import APIRouter, Request, Response
+from starlette.types import Receive, Scope
 
 from engine import EngineClient
+from engine.requests import request_id
 from service.apierror import ApiError
 from service.codec import json_response, read_body
-from service.deps import HostDep, host_of, metrics_of
+from service.deps import HostDep, host_of
 from service.errors import ERROR_RESPONSES
-from service.timing import deadline, record
+from service.fastpath import documentation_only
+from service.host import ModelHost
+from service.rawasgi import BINARY, JSON, Answer, RawRoute, request_headers
+from service.timing import TIMEOUT_HEADER, deadline, record
 from service.v2codec import HEADER_LENGTH, encode_response, metadata, parse_request
 
 router = APIRouter(prefix="/v2", tags=["Open Inference Protocol v2"], responses=ERROR_RESPONSES)
 VERSION = "1"  # one version per model for now; /versions/1 and no version address it
+HEADER_LENGTH_RAW = HEADER_LENGTH.encode()
+HEADERS = frozenset({b"content-length", TIMEOUT_HEADER, HEADER_LENGTH_RAW})
 
 
-def _model(request: Request, name: str, version: str | None) -> EngineClient:
-    model = host_of(request).get(name)
+def find_model(host: ModelHost, name: str, version: str | None) -> EngineClient:
+    model = host.get(name)
     if version not in (None, VERSION):
         raise ApiError(404, f"model {name!r} has no version {version!r}; it has {VERSION!r}", "unknown_model")
     return model
@@ -48,7 +55,7 @@ async def ready(host: HostDep) -> Response:
 @router.get("/models/{name}", summary="Model metadata")
 @router.get("/models/{name}/versions/{version}", summary="Model metadata (one version)")
 async def model_metadata(request: Request, name: str, version: str | None = None) -> Response:
-    model = _model(request, name, version)
+    model = find_model(host_of(request), name, version)
     return json_response(metadata(model.name, model.schema, VERSION, model.info.handler))
 
 
@@ -57,7 +64,7 @@ async def model_metadata(request: Request, name: str, version: str | None = None
 async def model_config(request: Request, name: str, version: str | None = None) -> Response:
     """How the model is served, after Triton's model configuration: the backend serving it and,
     in `backend_selection`, the configured one and (for `auto`) every candidate's timings."""
-    model = _model(request, name, version)
+    model = find_model(host_of(request), name, version)
     info = model.info
     return json_response(
         {
@@ -76,7 +83,7 @@ async def model_config(request: Request, name: str, version: str | None = None) 
 @router.get("/models/{name}/ready", summary="Model readiness")
 @router.get("/models/{name}/versions/{version}/ready", summary="Model readiness (one version)")
 async def model_ready(request: Request, name: str, version: str | None = None) -> Response:
-    _model(request, name, version)  # 503 while loading, 404 if unknown
+    find_model(host_of(request), name, version)  # 503 while loading, 404 if unknown
     return json_response({"name": name, "ready": True})
 
 
@@ -84,27 +91,39 @@ async def model_ready(request: Request, name: str, version: str | None = None) -
 @router.post("/models/{name}/versions/{version}/infer", summary="Inference (one version)")
 async def infer(request: Request, name: str, version: str | None = None) -> Response:
     """JSON tensors, or the binary tensor data extension (`Inference-Header-Content-Length`)."""
-    model = _model(request, name, version)
-    metrics = metrics_of(request)
-    received = time.perf_counter()
-    body = await read_body(request, host_of(request).settings.max_body_bytes)
-    parsed_request = parse_request(body, request.headers.get(HEADER_LENGTH))
-    parsed = time.perf_counter()
-    # The protocol's "timeout" parameter is in microseconds (as Triton's clients send it).
-    timeout_us = parsed_request.parameters.get("timeout")
-    timeout_ms = (
-        None if timeout_us is None else (timeout_us / 1e3 if isinstance(timeout_us, int | float) else timeout_us)
-    )
-    when = deadline(request, host_of(request).settings.request_timeout_ms, timeout_ms)
-    prediction = await model.infer(parsed_request.inputs, when)
-    encoding = time.perf_counter()
-    content, header_length = encode_response(model.name, parsed_request, prediction.outputs, VERSION)
-    headers = record(
-        request, metrics, model.name, prediction,
-        received=received, parsed=parsed, encoding=encoding, encoded=time.perf_counter(),
-    )  # fmt: skip
-    metrics.refresh(model)
-    if header_length is None:
-        return Response(content, media_type="application/json", headers=headers)
-    headers["Inference-Header-Content-Length"] = str(header_length)
-    return Response(content, media_type="application/octet-stream", headers=headers)
+    documentation_only()
+
+
+def _timeout_ms(parameters: dict[str, object]) -> object:
+    """The protocol's "timeout" parameter is in microseconds (as Triton's clients send it)."""
+    timeout_us = parameters.get("timeout")
+    return timeout_us / 1e3 if isinstance(timeout_us, int | float) else timeout_us
+
+
+class Infer(RawRoute):
+    """The raw ASGI handler of both infer routes (service/fastpath.py says why and how)."""
+
+    async def answer(self, scope: Scope, receive: Receive) -> Answer:
+        metrics = self.metrics
+        params = scope["path_params"]
+        model = find_model(self.host, params["name"], params.get("version"))
+        headers = request_headers(scope, HEADERS)
+        received = time.perf_counter()
+        body = await read_body(receive, headers.get(b"content-length"), self.max_body_bytes)
+        length = headers.get(HEADER_LENGTH_RAW)
+        parsed_request = parse_request(body, None if length is None else length.decode("latin-1"))
+        parsed = time.perf_counter()
+        when = deadline(headers.get(TIMEOUT_HEADER), self.timeout_ms, _timeout_ms(parsed_request.parameters))
+        prediction = await model.infer(parsed_request.inputs, when, request_id.get())
+        encoding = time.perf_counter()
+        content, header_length = encode_response(model.name, parsed_request, prediction.outputs, VERSION)
+        timing = record(
+            scope, metrics, model.name, prediction,
+            received=received, parsed=parsed, encoding=encoding, encoded=time.perf_counter(),
+        )  # fmt: skip
+        metrics.refresh(model)
+        extra = [(b"server-timing", timing.encode())]
+        if header_length is None:
+            return content, JSON, extra
+        extra.append((HEADER_LENGTH_RAW, b"%d" % header_length))
+        return content, BINARY, extra

@@ -22,7 +22,8 @@ SAMPLE = np.zeros((1, 8, 8)).tolist()
 @pytest.fixture(scope="module")
 def slow(tmp_path_factory):
     """A 20 ms model on one runtime: a queue builds up after one request."""
-    args = ("--model", "tests.slow_model:slow_calls", "--runtime.num-runtimes", "1")
+    # eager: an exported graph would not keep the model's time.sleep
+    args = ("--model", "tests.slow_model:slow_calls", "--runtime.backend", "eager", "--runtime.num-runtimes", "1")
     with run_server(tmp_path_factory.mktemp("slow"), *args) as server:
         wait_ready(server)
         yield server

@@ -14,7 +14,9 @@ from tests.service.conftest import app_client
 
 @pytest.fixture(scope="module")
 def faulty():
-    with app_client("--model", "tests.fault_models:raising", "--max-body-bytes", "4096") as client:
+    with app_client(
+        "--model", "tests.fault_models:raising", "--runtime.backend", "eager", "--max-body-bytes", "4096"
+    ) as client:
         yield client
 
 

@@ -63,7 +63,9 @@ def test_two_worker_processes_report_aggregated_counts(tmp_path, images):
 
 
 def test_json_logs_carry_the_request_id_and_the_traceback_once(tmp_path):
-    with run_server(tmp_path, "--log-format", "json", "--model", "tests.fault_models:raising") as server:
+    with run_server(
+        tmp_path, "--log-format", "json", "--model", "tests.fault_models:raising", "--runtime.backend", "eager"
+    ) as server:
         wait_ready(server)
         poisoned = np.full((1, 8, 8), POISON).tolist()
         response = httpx2.post(server.url + "/predict", json={"inputs": poisoned}, headers={"X-Request-Id": "trace-me"})

@@ -111,7 +111,9 @@ def test_with_no_flags_it_measures_and_reports_its_backend_and_dispatch(server):
     assert config["backend"] in tried
     assert config["dispatch"] in {"inline", "threads"}
     figures = config["dispatch_selection"]
-    assert figures["call_us"] > 0 and figures["handoff_us"] > 0, figures
-    assert figures["rule"] and figures["reason"], figures
+    assert figures["call_us"] > 0, figures
+    assert figures["handoff_us"] > 0, figures
+    assert figures["rule"], figures
+    assert figures["reason"], figures
     log = server.output()
     assert f"backend={config['backend']} dispatch={config['dispatch']}" in log, log

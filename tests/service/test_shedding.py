@@ -109,7 +109,8 @@ def test_a_stalled_upload_holds_no_place_at_the_door():
 
 def test_a_real_server_sheds_what_its_models_cannot_hold_and_keeps_answering_probes(tmp_path):
     # One 20 ms runtime and no queue: the engine holds one request; 8 clients send at once.
-    args = ("--model", "tests.slow_model:slow_calls", "--runtime.num-runtimes", "1", "--max-queue", "0")
+    model = ("--model", "tests.slow_model:slow_calls", "--runtime.backend", "eager")
+    args = (*model, "--runtime.num-runtimes", "1", "--max-queue", "0")
     with run_server(tmp_path, *args) as server:
         wait_ready(server)
 

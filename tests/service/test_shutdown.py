@@ -40,7 +40,9 @@ def test_sigterm_drains_without_failing_an_accepted_request(tmp_path):
                     return  # a polite client goes to another replica
                 outcomes.append((time.monotonic(), str(response.status_code)))
 
-    with run_server(tmp_path, "--model", "tests.slow_model:slow_calls", "--drain-seconds", "10") as server:
+    with run_server(
+        tmp_path, "--model", "tests.slow_model:slow_calls", "--runtime.backend", "eager", "--drain-seconds", "10"
+    ) as server:
         wait_ready(server)
         threads = [threading.Thread(target=client) for _ in range(CLIENTS)]
         for thread in threads:
