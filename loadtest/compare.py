@@ -72,6 +72,12 @@ def variants(litserve_python: str | None) -> list[Variant]:
         Variant("InferPool onnx workers2", ip("--runtime.backend", "onnxruntime", "--workers", "2")),
         Variant("InferPool onnx inline", ip("--runtime.backend", "onnxruntime", "--runtime.dispatch", "inline")),
         *(Variant(f"InferPool {name}", ip("--runtime.backend", name)) for name in sorted(BACKENDS) if name not in SEEN),
+        # The floor: one ASGI function, orjson, the same auto-chosen model called inline (no
+        # validation, admission, metrics or middleware): what InferPool's own machinery is measured against.
+        Variant(
+            "bare ASGI reference",
+            lambda port: [sys.executable, "-m", "service.bench_reference", "--port", str(port), "--workers", "1"],
+        ),
         Variant(
             "FastAPI baseline",
             lambda port: [sys.executable, "-m", "loadtest.peers.fastapi_baseline", "--port", str(port)],

@@ -27,6 +27,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from config import load_settings
 from engine import ServedModel
+from service.codec import encode_json
 from service.host import plans
 
 JSON_HEADERS = [(b"content-type", b"application/json")]
@@ -64,7 +65,7 @@ def reference_app(model: ServedModel) -> ASGIApp:
                 if not message.get("more_body", False):
                     break
             outputs = {"model": model.name, "outputs": call(orjson.loads(b"".join(chunks))["inputs"])}
-            body = orjson.dumps(outputs, option=orjson.OPT_SERIALIZE_NUMPY)
+            body = encode_json(outputs)  # InferPool's own encoder: orjson, numpy scalars included
         headers = [*JSON_HEADERS, (b"content-length", b"%d" % len(body))]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": body})
