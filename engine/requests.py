@@ -13,14 +13,8 @@ from collections.abc import Callable, Iterable, Mapping
 from contextlib import suppress
 from contextvars import ContextVar
 from dataclasses import dataclass
-from queue import Empty, SimpleQueue
-from typing import TYPE_CHECKING
 
-from engine.errors import NotReady
 from engine.schema import Array
-
-if TYPE_CHECKING:
-    from engine.pipeline import Pipeline
 
 request_id: ContextVar[str] = ContextVar("request_id", default="-")
 """The id of the request the current code works for, for log lines (front ends set it; the
@@ -124,20 +118,3 @@ def _settle(items: list[tuple[Work, Outcome]]) -> None:
             future.set_exception(outcome)
         else:
             future.set_result(outcome)
-
-
-def refuse_queued(queue: SimpleQueue[Work | None], pipeline: Pipeline) -> None:
-    """Answer NotReady to every request still queued after an executor's threads stopped."""
-    sentinels = 0
-    while True:
-        try:
-            work = queue.get(block=False)
-        except Empty:
-            break
-        if work is None:
-            sentinels += 1
-        else:
-            pipeline.release(work)
-            deliver([(work, NotReady("the model is shutting down"))])
-    for _ in range(sentinels):  # a thread still finishing its call must find its stop sign
-        queue.put(None)

@@ -9,11 +9,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from queue import SimpleQueue
+from queue import Empty, SimpleQueue
 
+from engine.errors import NotReady
 from engine.executor import ExecutorConfig
 from engine.pipeline import Pipeline
-from engine.requests import Prediction, Work, refuse_queued
+from engine.requests import Prediction, Work, deliver
 
 log = logging.getLogger(__name__)
 
@@ -150,3 +151,20 @@ class QueuedWorkers:
 
     def _closed(self) -> None:
         pass
+
+
+def refuse_queued(queue: SimpleQueue[Work | None], pipeline: Pipeline) -> None:
+    """Answer NotReady to every request still queued after an executor's threads stopped."""
+    sentinels = 0
+    while True:
+        try:
+            work = queue.get(block=False)
+        except Empty:
+            break
+        if work is None:
+            sentinels += 1
+        else:
+            pipeline.release(work)
+            deliver([(work, NotReady("the model is shutting down"))])
+    for _ in range(sentinels):  # a thread still finishing its call must find its stop sign
+        queue.put(None)
