@@ -87,6 +87,7 @@ def create_app(settings: Settings) -> FastAPI:
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"])
     app.state.activity = activity
+    metrics.watch_door(lambda: (activity.active, activity.limit))
     app.add_middleware(RequestContext, metrics=metrics, activity=activity)
     app.openapi = model_aware_openapi(  # type: ignore[method-assign]
         app,

@@ -23,6 +23,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest, multiprocess
@@ -107,6 +108,11 @@ class Metrics:
         self.runtimes_idle = gauge("inferpool_runtimes_idle", "Runtimes free to take a request.")
         self.runtimes = gauge("inferpool_runtimes", "Runtimes configured.")
         self.threads = gauge("inferpool_threads", "Inference threads configured (runtimes x intra-op threads).")
+        door = "Requests inside the process as the door counts them: body arrived, answer not yet sent."
+        self.door_requests = gauge("inferpool_door_requests", door, labels=())
+        limit = "Requests the door admits at once before it sheds: the sum of runtimes + max_queue over the models."
+        self.door_capacity = gauge("inferpool_door_capacity", limit, labels=())
+        self._door: Callable[[], tuple[int, int | None]] | None = None
         info_labels = ("version", "model", "backend", "dispatch", "torch_version")
         self.info = gauge("inferpool_build_info", "Always 1; the labels say what is serving.", "max", info_labels)
 
@@ -125,6 +131,11 @@ class Metrics:
                 family.created[values] = time.time()
                 found = family.children[values] = (slots, index, family.bounds)
             return found
+
+    def watch_door(self, read: Callable[[], tuple[int, int | None]]) -> None:
+        """Where the door's count and limit come from (``Activity``); copied into their gauges
+        whenever the models' gauges are."""
+        self._door = read
 
     def model_ready(self, model: EngineClient, version: str) -> None:
         info = model.info
@@ -149,6 +160,10 @@ class Metrics:
             self.queue_depth.labels(model.name).set(stats.queued)
             self._count_up(self.runtime_replacements, model.name, stats.replaced_runtimes)
             self._count_up(self.worker_replacements, model.name, stats.replaced_workers)
+            if self._door is not None:
+                inside, limit = self._door()
+                self.door_requests.set(inside)
+                self.door_capacity.set(limit or 0)
 
     def _count_up(self, counter: Counter, model: str, total: int) -> None:
         """The engine keeps running totals; a counter needs the increments since last time."""

@@ -74,6 +74,7 @@ async def model_config(request: Request, name: str, version: str | None = None) 
             "max_batch_size": info.max_batch_size,
             "runtimes": info.runtimes,
             "intra_op_threads": info.intra_op_threads,
+            "capacity": info.capacity,
             "backend_selection": info.backend_selection,
             "dispatch_selection": info.dispatch_selection,
         }
