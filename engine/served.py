@@ -185,7 +185,7 @@ class ServedModel:
         return self.module.schema
 
     async def infer(self, inputs: object, deadline: float | None = None, request_id: str | None = None) -> Prediction:
-        """Validate and run one request on a worker thread.
+        """Admit one request and run it through the executor (inline, worker threads or the batcher).
 
         ``deadline`` is an absolute ``time.monotonic()`` value (None = none). Raises
         InvalidInput, Overloaded (queue full), PredictedWaitExceeded (the work ahead would make
