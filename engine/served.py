@@ -62,6 +62,8 @@ class ServedModel:
         self.options = options
         self.plan = plan
         self.max_queue = max_queue
+        self.capacity = plan.runtimes + max_queue
+        """Requests admitted at once (running + queued); more are refused with Overloaded."""
         # Kept to build replacements for runtimes that fail (see _run): same module, same artifact.
         self._backend, self._compiled = backend, compiled
         self._counts = threading.Lock()  # failure paths only
@@ -126,18 +128,16 @@ class ServedModel:
             call_seconds=self.service_times.predict,
         )
 
-    def _seed_service_times(self) -> float:
+    def _seed_service_times(self) -> None:
         """Time warm calls at batch 1 and at a full batch (max_batch_size, at least 8), so that
-        admission control has the fixed and the per-sample cost before the first request;
-        returns the batch-1 median."""
-        seconds = self.time_example_call(repeats=3)
+        admission control has the fixed and the per-sample cost before the first request."""
+        self.time_example_call(repeats=3)
         if all(spec.batched for spec in self.schema.inputs):
             example = self.module.example_inputs
             size, rows = max(8, self.options.max_batch_size), next(iter(example.values())).shape[0]
             full = {name: np.concatenate([a] * -(-size // rows))[:size] for name, a in example.items()}
             for _ in range(2):
                 self._call(full)
-        return seconds
 
     def time_example_call(self, repeats: int = 5) -> float:
         """Median seconds of a warm call on the example inputs."""
@@ -197,7 +197,7 @@ class ServedModel:
         admission = self.admission
         # Counted until the pipeline is done with a request, not until its caller stops
         # waiting, so that requests whose callers timed out cannot pile up beyond the bound.
-        if admission.requests >= self.max_queue + self.plan.runtimes:
+        if admission.requests >= self.capacity:
             raise Overloaded(f"{admission.requests} requests are already in flight for model {self.name!r}")
         samples = self.handler.samples(inputs) if self.handler else count_samples(self.schema, inputs)
         if samples > self.options.max_request_samples:
@@ -307,7 +307,7 @@ class ServedModel:
             runtimes=self.plan.runtimes,
             intra_op_threads=self.plan.intra_op_threads,
             usable_cpus=self.plan.cpus,
-            capacity=self.plan.runtimes + self.max_queue,
+            capacity=self.capacity,
             torch_version=torch.__version__,
             handler=self.handler,
             backend_selection=self.selection.report() if self.selection.trials else None,

@@ -65,7 +65,7 @@ def error_response(status: int, message: str, headers: Mapping[str, str] | None 
 @dataclass(frozen=True, slots=True)
 class ErrorAnswer:
     """What a deliberate error answers: the FastAPI handlers and the hot routes' raw ASGI
-    handlers (service/hotpath.py) both build their responses from this one table."""
+    handlers (service/rawasgi.py) both build their responses from this one table."""
 
     status: int
     message: str
