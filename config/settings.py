@@ -129,15 +129,16 @@ class Settings(BaseSettings):
         "server exits. Keep Kubernetes' terminationGracePeriodSeconds above preStop sleep + this.",
     )
     workers: int = Field(
-        1,
-        ge=1,
-        description="Server processes. Each loads its own copy of the model and gets an equal share "
-        "of the CPUs; prefer 1 (threads share one copy of the weights) and scale out with replicas. "
-        "Raise it only for models so small that the event loop, not inference, is the bottleneck.",
+        0,
+        ge=0,
+        description="Serving processes, forked after the models load so that they share one copy of "
+        "the weights; each gets an equal share of the CPUs. 0 = one per num_runtimes x intra_op_threads "
+        "CPUs of the budget (affinity and cgroup quota): with the defaults, one per usable CPU, since "
+        "one process's HTTP work tops out near one core.",
     )
     metrics_dir: Path | None = Field(
         None,
-        description="Where processes share Prometheus metrics when workers > 1 (wiped at start); "
+        description="Where the serving processes share Prometheus metrics (wiped at start); "
         "default: a fresh directory under the system temp dir.",
     )
     api_key: SecretStr | None = Field(
@@ -169,6 +170,12 @@ class Settings(BaseSettings):
         description="Further models to serve beside 'model', each at /predict/{name} and /v2/models/{name}; "
         "the CPUs are split equally between all models' pools.",
     )
+
+    @property
+    def cpu_shares(self) -> int:
+        """How many pools split the CPUs equally: serving processes x models (workers = 0, not
+        yet sized by ``inferpool serve``, counts as one process)."""
+        return max(1, self.workers) * (1 + len(self.models))
 
     @field_validator("latency_buckets")
     @classmethod

@@ -52,6 +52,8 @@ class ServedModel:
         plan: ThreadPlan,
         max_queue: int,
         handler: Handler | None = None,
+        *,
+        start: bool = True,
     ) -> None:
         self.selection = resolve_backend(module, options)
         """The backend serving the model (for ``auto``: the fastest measured) and its table."""
@@ -87,8 +89,23 @@ class ServedModel:
             finish=handler.postprocess if handler else None,
         )
         self.dispatch_mode, self.dispatch_selection = self._choose_executor()
-        self.executor: Executor = EXECUTORS[self.dispatch_mode](self.pipeline, self._executor_config())
+        # Inline until start(): no thread exists yet, so the process can still fork.
+        self.executor: Executor = EXECUTORS["inline"](self.pipeline, self._executor_config())
         self.in_flight = 0
+        self.accepting = False
+        if start:
+            self.start()
+
+    def start(self) -> None:
+        """Apply the thread plan and start the executor's threads: the model takes requests.
+
+        Separate from loading so that a parent process can load, choose and warm the model once
+        and fork serving processes that share its weights (service.supervisor): threads do not
+        survive a fork, and a parent that ran an OpenMP parallel region leaves forked children
+        hanging on their first one (measured: torch with 2 intra-op threads), so the parent
+        loads with one intra-op thread and each child starts here."""
+        apply_thread_plan(self.plan)
+        self.executor = EXECUTORS[self.dispatch_mode](self.pipeline, self._executor_config())
         self.accepting = True
 
     def _choose_executor(self) -> tuple[str, dict[str, Any] | None]:
@@ -158,16 +175,20 @@ class ServedModel:
         shares: int = 1,
         name: str | None = None,
         handler: str | None = None,
+        start: bool = True,
     ) -> ServedModel:
         """Load, compile and warm a model; ``shares`` pools split the CPUs (see plan_threads),
         ``name`` overrides the model's own, ``handler`` ('package.module:attr', see
-        engine.handlers) turns request payloads into its inputs and its outputs into answers."""
+        engine.handlers) turns request payloads into its inputs and its outputs into answers.
+        ``start=False`` loads for processes forked later, which each call ``start()``."""
         plan = plan_threads(options, shares=shares)
-        apply_thread_plan(plan)
+        # Fork-safe loading measures at one intra-op thread; see start().
+        apply_thread_plan(plan if start else replace(plan, intra_op_threads=1))
         started = time.perf_counter()
         spec = load_model(source)
         module = InferenceModule.from_spec(replace(spec, name=name) if name else spec)
-        served = cls(module, options, plan, max_queue, load_handler(handler) if handler else None)
+        handles = load_handler(handler) if handler else None
+        served = cls(module, options, plan, max_queue, handles, start=start)
         log.info(
             "model %r ready in %.2fs: backend=%s dispatch=%s runtimes=%d intra_op_threads=%d usable_cpus=%d "
             "parameters=%d",

@@ -72,6 +72,16 @@ def plan_threads(options: RuntimeOptions, cpus: int | None = None, shares: int =
     return plan
 
 
+def serving_processes(options: list[RuntimeOptions], cpus: int | None = None) -> int:
+    """Processes for ``workers = 0``: as many as the budget holds when each gets every model's
+    runtimes (one, when sized automatically) x intra-op threads. One process's HTTP work tops
+    out near one core (its event loop holds the GIL), so with the defaults that is one process
+    per usable CPU, each running one request at a time on its own core."""
+    cpus = usable_cpus() if cpus is None else cpus
+    per_process = sum((o.num_runtimes or 1) * o.intra_op_threads for o in options)
+    return max(1, cpus // per_process)
+
+
 def init_worker_thread(plan: ThreadPlan) -> None:
     """Give a new thread the plan's intra-op count. OpenMP's thread count is per thread: one
     that never set it gets a team of one thread per core on its first parallel op, whose

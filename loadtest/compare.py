@@ -61,8 +61,13 @@ def variants(litserve_python: str | None) -> list[Variant]:
     def ip(*args: str) -> Callable[[int], list[str]]:
         return lambda port: inferpool_argv(port, *args)
 
+    def baseline(workers: int) -> Callable[[int], list[str]]:
+        module = "loadtest.peers.fastapi_baseline"
+        return lambda port: [sys.executable, "-m", module, "--port", str(port), "--workers", str(workers)]
+
     found = [
-        Variant("InferPool defaults", ip("--workers", "1")),
+        Variant("InferPool defaults", ip()),
+        Variant("InferPool 1 process", ip("--workers", "1")),
         # The defaults before issue 14: eager on worker threads.
         Variant("InferPool eager", ip("--runtime.backend", "eager", "--runtime.dispatch", "threads")),
         Variant("InferPool eager batch8", ip("--runtime.backend", "eager", "--runtime.max-batch-size", "8")),
@@ -78,10 +83,8 @@ def variants(litserve_python: str | None) -> list[Variant]:
             "bare ASGI reference",
             lambda port: [sys.executable, "-m", "service.bench_reference", "--port", str(port), "--workers", "1"],
         ),
-        Variant(
-            "FastAPI baseline",
-            lambda port: [sys.executable, "-m", "loadtest.peers.fastapi_baseline", "--port", str(port)],
-        ),
+        Variant("FastAPI baseline", baseline(1)),
+        Variant("FastAPI baseline workers2", baseline(2)),
     ]
     if litserve_python and Path(litserve_python).exists():
         script = str(REPO_ROOT / "loadtest" / "peers" / "litserve_digits.py")

@@ -42,14 +42,23 @@ def tree(pid: int) -> list[int]:
 
 def tree_rss_bytes(pid: int) -> int:
     """Sum of VmRSS over the process tree (shared pages count once per process, as ps shows)."""
+    return _tree_sum_kb(pid, "status", "VmRSS:") * 1024
+
+
+def tree_pss_bytes(pid: int) -> int:
+    """Sum of PSS over the process tree: each shared page divided among the processes sharing
+    it, so the sum is what the tree really holds (/proc/PID/smaps_rollup)."""
+    return _tree_sum_kb(pid, "smaps_rollup", "Pss:") * 1024
+
+
+def _tree_sum_kb(pid: int, name: str, field: str) -> int:
     total = 0
     for member in tree(pid):
         try:
-            for line in Path(f"/proc/{member}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1]) * 1024
+            lines = Path(f"/proc/{member}/{name}").read_text().splitlines()
         except OSError:
-            continue
+            continue  # exited meanwhile
+        total += sum(int(line.split()[1]) for line in lines if line.startswith(field))
     return total
 
 
@@ -136,4 +145,6 @@ def inferpool_argv(port: int, *args: str) -> list[str]:
     return [INFERPOOL, "serve", "--host", "127.0.0.1", "--port", str(port), *args]
 
 
-__all__ = ["Proc", "free_port", "inferpool_argv", "launch", "tree", "tree_cpu_seconds", "tree_rss_bytes"]
+__all__ = [
+    "Proc", "free_port", "inferpool_argv", "launch", "tree", "tree_cpu_seconds", "tree_pss_bytes", "tree_rss_bytes",
+]  # fmt: skip

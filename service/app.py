@@ -37,7 +37,8 @@ def _announce(model: EngineClient, metrics: Metrics, version: str) -> None:
     log.info("serving %s", " ".join(f"{k}={v}" for k, v in model.info.labels().items()))
 
 
-def create_app(settings: Settings) -> FastAPI:
+def create_app(settings: Settings, host: ModelHost | None = None) -> FastAPI:
+    """The app; ``host`` is one the supervisor already loaded (service.supervisor)."""
     metrics = Metrics(tuple(settings.latency_buckets)) if settings.latency_buckets else Metrics()
     version = _version()
     activity = Activity()
@@ -46,7 +47,9 @@ def create_app(settings: Settings) -> FastAPI:
         activity.admit(model.info.capacity)
         _announce(model, metrics, version)
 
-    host = ModelHost(settings, on_ready=ready)
+    if host is None:
+        host = ModelHost(settings)
+    host.on_ready = ready
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -54,7 +57,7 @@ def create_app(settings: Settings) -> FastAPI:
         # soon after its torch op ends, instead of after CPython's default 5 ms.
         sys.setswitchinterval(settings.switch_interval)
         log.info("effective config: %s", settings.model_dump_json())
-        host.start()  # loads and warms in the background; /health/ready says when done
+        host.start()  # loads (or starts) and warms in the background; /health/ready says when done
         try:
             yield
         finally:

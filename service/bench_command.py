@@ -40,7 +40,7 @@ from config import Settings, load_settings
 from engine import ConfigError, EngineError, ServedModel
 from service.bench_client import REFERENCE, KeepAlive, json_request, serve_subprocess, v2_binary_request
 from service.bench_report import format_table, summarize
-from service.host import plans
+from service.host import plans, sized
 
 REFERENCE_PHASE = "bare_asgi"  # reported apart from the server's own phases
 Phase = Callable[[int, float], list[float]]
@@ -79,7 +79,7 @@ def bench_main(argv: list[str]) -> int:
     if args.count < 1 or args.rounds < 1 or args.seconds <= 0 or args.warmup < 0:
         parser.error("--count and --rounds must be at least 1, --seconds positive, --warmup 0 or more")
     try:
-        settings = load_settings(args.config, rest)
+        settings = sized(load_settings(args.config, rest))  # split the CPUs as serve will
         inputs = None if args.inputs is None else json.loads(args.inputs)
     except (ValidationError, ConfigError, FileNotFoundError, json.JSONDecodeError) as exc:
         print(f"inferpool bench: invalid configuration: {exc}", file=sys.stderr)
@@ -99,7 +99,7 @@ def bench_main(argv: list[str]) -> int:
 def run(settings: Settings, serve_args: list[str], limits: Limits, inputs: object = None) -> dict[str, Any]:
     """Load the default model here, start the server beside it, time every phase."""
     plan = plans(settings)[0]
-    shares = settings.workers * len(plans(settings))  # the server's own split of the CPUs
+    shares = settings.cpu_shares  # the server's own split of the CPUs
     if plan.handler is not None and inputs is None:
         raise ConfigError(
             f"the model has a handler ({plan.handler}), so its requests are not tensors: pass --inputs with "

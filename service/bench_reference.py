@@ -83,7 +83,7 @@ def main(argv: list[str]) -> int:
     todo = plans(settings)
     plan = todo[0]
     model = ServedModel.load(plan.source, plan.options, max_queue=settings.max_queue,
-                             shares=settings.workers * len(todo), name=plan.name, handler=plan.handler)  # fmt: skip
+                             shares=settings.cpu_shares, name=plan.name, handler=plan.handler)  # fmt: skip
     # As the server does: its switch interval, and the startup heap out of the collector's way.
     sys.setswitchinterval(settings.switch_interval)
     gc.collect()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import shutil
@@ -12,7 +11,6 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-import uvicorn
 from pydantic import ValidationError
 
 from config import Settings, load_settings
@@ -20,11 +18,10 @@ from engine import ConfigError
 from engine.threads import plan_threads
 from service.bench_command import bench_main
 from service.compile_command import compile_main
-from service.host import plans
+from service.host import plans, sized
 from service.logs import configure_logging
 
 log = logging.getLogger("inferpool")
-SETTINGS_ENV = "INFERPOOL_EFFECTIVE_SETTINGS"  # how worker processes get the parent's settings
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,60 +39,42 @@ def serve(argv: list[str]) -> int:
     parser.add_argument("--config", type=Path, help="TOML config file (default: config/default.toml)")
     args, rest = parser.parse_known_args(argv)
     try:
-        settings = load_settings(args.config, rest)
+        settings = sized(load_settings(args.config, rest))
         # Refuse an impossible thread budget before binding a port.
-        models = plans(settings)
-        for model in models:
-            plan_threads(model.options, shares=settings.workers * len(models))
+        for model in plans(settings):
+            plan_threads(model.options, shares=settings.cpu_shares)
     except (ValidationError, ConfigError, FileNotFoundError) as exc:
         print(f"inferpool: invalid configuration: {exc}", file=sys.stderr)
         return 2
     configure_logging(settings.log_level, settings.log_format)
+    metrics_dir = _share_metrics(settings)
+    from service.supervisor import Supervisor  # after _share_metrics: prometheus-client reads it at import
+
     options = {
-        "host": settings.host,
-        "port": settings.port,
         "loop": "uvloop",
         "http": "httptools",
         "log_config": None,  # keep the handler configure_logging installed
         "access_log": False,  # one line per request costs more than a small model's inference
         "timeout_graceful_shutdown": settings.drain_seconds,
     }
-    if settings.workers == 1:
-        from service.app import create_app
-        from service.server import DrainingServer
-
-        app = create_app(settings)
-        config = uvicorn.Config(app, **options)  # type: ignore[arg-type]
-        DrainingServer(config, app.state.host, app.state.activity, settings.drain_seconds).run()
-        return 0
-    # Several processes: uvicorn's supervisor owns the signals; it stops accepting at once and
-    # waits up to drain_seconds for open requests.
-    _share_metrics(settings)
-    payload = settings.model_dump(mode="json")
-    if settings.api_key is not None:  # dumps mask secrets; the workers need the real key
-        payload["api_key"] = settings.api_key.get_secret_value()
-    os.environ[SETTINGS_ENV] = json.dumps(payload)
-    uvicorn.run("service.cli:app_from_parent", factory=True, workers=settings.workers, **options)  # type: ignore[arg-type]
-    return 0
+    try:
+        return Supervisor(settings, options).run()
+    finally:
+        if settings.metrics_dir is None:  # ours, under the temp dir: nobody reads it after us
+            shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
-def _share_metrics(settings: Settings) -> None:
-    """prometheus-client's multiprocess mode: one directory for all workers, empty at start
-    (files left by an earlier run would be summed into this one's counters)."""
+def _share_metrics(settings: Settings) -> Path:
+    """prometheus-client's multiprocess mode: one directory for all serving processes, empty
+    at start (files left by an earlier run would be summed into this one's counters)."""
     directory = settings.metrics_dir or Path(tempfile.gettempdir()) / f"inferpool-metrics-{os.getpid()}"
     shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True)
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(directory)
-    log.info("%d worker processes share metrics in %s", settings.workers, directory)
-
-
-def app_from_parent() -> object:
-    """uvicorn's app factory in each worker process: the parent's validated settings."""
-    from service.app import create_app
-
-    settings = Settings.model_validate_json(os.environ[SETTINGS_ENV])
-    configure_logging(settings.log_level, settings.log_format)
-    return create_app(settings)
+    if "prometheus_client.values" in sys.modules:
+        raise RuntimeError("prometheus_client was imported before its multiprocess directory was set")
+    log.info("serving processes share metrics in %s", directory)
+    return directory
 
 
 # name -> (entry point taking the arguments after the name, one-line summary for the usage text)

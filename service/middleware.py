@@ -36,6 +36,7 @@ SHED_RESPONSE_HEADERS = [
     (b"content-type", b"application/json"),
     (b"retry-after", b"1"),
 ]
+CLOSE = (b"connection", b"close")
 
 
 class Activity:
@@ -47,6 +48,10 @@ class Activity:
         self.limit: int | None = None
         """Most requests inside the process before new ones are shed at the door; None while
         the models load."""
+        self.closing = False
+        """Draining: every answer says ``Connection: close``, so that a keep-alive client's
+        next request goes to a new connection (another replica) instead of meeting a socket
+        this process closes under it."""
 
     def admit(self, capacity: int) -> None:
         """A model is ready: it holds ``capacity`` requests (runtimes + its queue).
@@ -79,7 +84,7 @@ class RequestContext:
         limit = self.activity.limit
         path = scope["path"]
         if limit is not None and self.activity.active >= limit and not _never_shed(path):
-            await self._shed(send, rid, limit)
+            await self._shed(send, rid, limit, self.activity.closing)
             self.metrics.observe_error("load_shed")
             self.metrics.observe_request("shed", 503, time.perf_counter() - started, None)
             return
@@ -103,7 +108,9 @@ class RequestContext:
             nonlocal status, answered
             if message["type"] == "http.response.start":
                 status = message["status"]
-                message["headers"] = [*message.get("headers", ()), (b"x-request-id", rid.encode())]
+                headers = message["headers"] = [*message.get("headers", ()), (b"x-request-id", rid.encode())]
+                if self.activity.closing and all(name.lower() != b"connection" for name, _ in headers):
+                    headers.append(CLOSE)
             elif not message.get("more_body", False) and not answered:
                 # Counted out when its answer is complete, not when its task ends: the client
                 # may already have sent its next request, and a task that has answered can
@@ -124,9 +131,11 @@ class RequestContext:
             self.metrics.observe_request(route, status, time.perf_counter() - started, scope.get(INFERENCE))
 
     @staticmethod
-    async def _shed(send: Send, rid: str, limit: int) -> None:
+    async def _shed(send: Send, rid: str, limit: int, closing: bool) -> None:
         body = b'{"error":"overloaded: %d requests are already in progress; retry later"}' % limit
         headers = [*SHED_RESPONSE_HEADERS, (b"content-length", b"%d" % len(body)), (b"x-request-id", rid.encode())]
+        if closing:
+            headers.append(CLOSE)
         await send({"type": "http.response.start", "status": 503, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 

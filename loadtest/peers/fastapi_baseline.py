@@ -1,11 +1,12 @@
 """The fair FastAPI baseline: what a user would write to serve the digits CNN without InferPool.
 
-    python -m loadtest.peers.fastapi_baseline --port 8001
+    python -m loadtest.peers.fastapi_baseline --port 8001 [--workers 2]
 
 Same model and weights (``engine.zoo.digits:build``), a plain ``def`` endpoint (FastAPI runs it
 in its threadpool, so the event loop never blocks) calling the model under
 ``torch.inference_mode()``, a pydantic body, an orjson response, ``torch.set_num_threads(1)``,
-uvicorn with uvloop + httptools, one process. Same request and response shape as InferPool's
+uvicorn with uvloop + httptools, one process (``--workers N``: uvicorn's own N processes,
+each loading its own model). Same request and response shape as InferPool's
 ``POST /predict`` for one sample or a batch.
 """
 
@@ -53,8 +54,10 @@ def predict(request: PredictRequest) -> Response:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--workers", type=int, default=1)
     args = parser.parse_args()
-    uvicorn.run(app, host="127.0.0.1", port=args.port, loop="uvloop", http="httptools", workers=1,
+    target = "loadtest.peers.fastapi_baseline:app" if args.workers > 1 else app  # workers need an import string
+    uvicorn.run(target, host="127.0.0.1", port=args.port, loop="uvloop", http="httptools", workers=args.workers,
                 log_level="warning", access_log=False)  # fmt: skip
 
 

@@ -22,6 +22,7 @@ import yaml  # type: ignore[import-untyped]
 from config import load_settings
 from engine import ConfigError
 from engine.threads import plan_threads
+from service.host import sized
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
@@ -115,27 +116,27 @@ def test_cpu_requests_equal_whole_cpu_limits_and_drive_the_thread_budget(monkeyp
     limit = _cpus(resources["limits"]["cpu"])
     assert limit == int(limit) >= 1, "whole CPUs: the Downward API rounds fractional limits up"
 
-    ref = _env(container)["INFERPOOL_RUNTIME__NUM_RUNTIMES"]["valueFrom"]["resourceFieldRef"]
+    ref = _env(container)["INFERPOOL_WORKERS"]["valueFrom"]["resourceFieldRef"]
     assert ref == {"containerName": "inferpool", "resource": "limits.cpu", "divisor": "1"}
     env = _resolve_env(container)
+    assert env["INFERPOOL_RUNTIME__NUM_RUNTIMES"] == "1"
     assert env["INFERPOOL_RUNTIME__INTRA_OP_THREADS"] == "1"
 
-    # The service reads exactly these variables: runtimes x threads fits the cgroup quota.
+    # The service reads exactly these variables: processes x runtimes x threads fits the quota.
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    settings = load_settings()
-    assert settings.runtime.num_runtimes == int(limit)
-    assert settings.runtime.intra_op_threads == 1
-    plan = plan_threads(settings.runtime, cpus=math.floor(limit))
-    assert plan.threads == int(limit)
+    settings = sized(load_settings(), cpus=math.floor(limit))
+    assert settings.workers == int(limit)
+    plan = plan_threads(settings.runtime, cpus=math.floor(limit), shares=settings.cpu_shares)
+    assert plan.threads * settings.workers == int(limit)
 
-    # Why whole CPUs: a 1500m limit gives NUM_RUNTIMES=2 on a 1.5-CPU quota, which the
-    # server refuses (it counts floor(1.5) = 1 usable CPU).
+    # Why whole CPUs: a 1500m limit gives WORKERS=2 on a 1.5-CPU quota, which the server
+    # refuses (it counts floor(1.5) = 1 usable CPU).
     fractional = copy.deepcopy(container)
     fractional["resources"]["limits"]["cpu"] = "1500m"
-    monkeypatch.setenv("INFERPOOL_RUNTIME__NUM_RUNTIMES", _resolve_env(fractional)["INFERPOOL_RUNTIME__NUM_RUNTIMES"])
-    with pytest.raises(ConfigError):
-        plan_threads(load_settings().runtime, cpus=1)
+    monkeypatch.setenv("INFERPOOL_WORKERS", _resolve_env(fractional)["INFERPOOL_WORKERS"])
+    with pytest.raises(ConfigError, match="lower workers"):
+        sized(load_settings(), cpus=1)
 
 
 def test_probes_and_shutdown_timeline():
@@ -239,7 +240,7 @@ def test_kserve_inference_service_custom_container_v2():
     assert container["image"] == _container(_one("Deployment"))["image"]
     env = {e["name"]: e for e in container["env"]}
     assert env["PROTOCOL"]["value"] == "v2"
-    ref = env["INFERPOOL_RUNTIME__NUM_RUNTIMES"]["valueFrom"]["resourceFieldRef"]
+    ref = env["INFERPOOL_WORKERS"]["valueFrom"]["resourceFieldRef"]
     assert ref["containerName"] == container["name"]
     assert container["resources"]["requests"] == container["resources"]["limits"]
     assert 1 <= predictor["minReplicas"] <= predictor["maxReplicas"]

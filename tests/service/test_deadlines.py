@@ -91,7 +91,8 @@ def test_v2_timeout_parameter_in_microseconds(slow):
 def test_batching_combines_concurrent_requests(tmp_path, images, reference):
     # A generous delay: on a loaded 2-core machine the clients are slow to send, and the test is
     # about requests sharing calls, not about latency.
-    args = ("--runtime.max-batch-size", "8", "--runtime.max-queue-delay-us", "20000")
+    # One process: the concurrent requests must meet in one batcher.
+    args = ("--runtime.max-batch-size", "8", "--runtime.max-queue-delay-us", "20000", "--workers", "1")
     with run_server(tmp_path, *args) as server:
         wait_ready(server)
 

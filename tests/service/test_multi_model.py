@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
+
 import httpx2
 import tritonclient.http as triton
 
-from loadtest.server import run_server, wait_ready
+from loadtest.server import INFERPOOL, run_server, wait_ready
 
 CONFIG = """
 [[models]]
@@ -50,10 +52,8 @@ def test_three_models_side_by_side(tmp_path, images, reference):
 def test_two_models_with_one_name_fail_loudly(tmp_path):
     config = tmp_path / "dupe.toml"
     config.write_text('[[models]]\nsource = "engine.zoo.digits:build"\n')
-    with run_server(tmp_path, "--config", str(config)) as server:
-        for _ in range(200):
-            live = httpx2.get(server.url + "/health/live")
-            if live.status_code == 503:
-                break
-        assert live.status_code == 503
-        assert "two models are named 'digits'" in live.json()["error"]
+    result = subprocess.run(
+        [INFERPOOL, "serve", "--port", "0", "--config", str(config)], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 1
+    assert "two models are named 'digits'; give one a distinct 'name' in the config" in result.stderr

@@ -1,0 +1,201 @@
+"""The supervisor: loads the models once, forks the serving processes, keeps them running,
+and owns readiness and the drain for all of them.
+
+Why fork after loading: the children start as copies of a parent that already holds the
+weights, the compiled artifacts and the measured choices, so every page nobody writes (the
+weights above all) stays one physical copy, shared copy-on-write. uvicorn's own ``--workers``
+imports the app in each process and loads the model N times. Why not gunicorn's ``preload_app``:
+it forks the same way, but readiness across processes, the drain of the listen backlog and the
+fork-safe loading (no thread and no OpenMP region in the parent, see ServedModel.start) would
+all still be ours to build around it.
+
+Every process serves on the one listening socket the supervisor bound (the kernel hands each
+new connection to whichever process accepts first). The ProcessBoard, shared memory made
+before the fork, tells each process whether all the others are ready and whether a drain has
+begun. On SIGTERM or SIGINT: the board says "draining" (every process's readiness turns 503 at
+once), each process drains (service.server), and what is left in the listen backlog gets a
+503 from the standby server before the socket closes (service.standby). A process that dies is
+replaced by a new fork of the same loaded state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import socket
+import time
+from collections.abc import Mapping
+
+import uvicorn
+from prometheus_client import Counter, multiprocess
+
+from config import Settings
+from engine import EngineError
+from service.board import DOWN, ProcessBoard
+from service.host import ModelHost
+from service.standby import Standby, answer_backlog
+
+log = logging.getLogger(__name__)
+SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGCHLD}
+BACKLOG = 2048
+EXIT_GRACE_SECONDS = 5.0  # beyond drain_seconds, before a process that will not exit is killed
+BACKLOG_SECONDS = 2.0  # answering what is queued when every process has stopped
+CRASH_WINDOW_SECONDS = 10.0  # a process dying sooner than this after its start counts as a crash
+MAX_CRASHES = 5  # in a row: then the fault is not transient, and the supervisor exits 1
+PR_SET_PDEATHSIG = 1
+
+
+class Supervisor:
+    def __init__(self, settings: Settings, uvicorn_options: Mapping[str, object]) -> None:
+        self.settings = settings
+        self.processes = settings.workers
+        self.options = uvicorn_options
+        self.board = ProcessBoard(self.processes)
+        self.children: dict[int, tuple[int, float]] = {}  # pid -> (slot, started at)
+        self.crashes = 0
+        # Written to the shared metrics directory: every serving process's /metrics sums it in.
+        self.replaced = Counter("inferpool_process_replacements", "Serving processes restarted after dying.")
+
+    def run(self) -> int:
+        listener = _listen(self.settings.host, self.settings.port)
+        log.info("listening on http://%s:%d", self.settings.host, self.settings.port)
+        host = ModelHost(self.settings)
+        standby = Standby(listener, "loading")
+        try:
+            host.preload()
+        except EngineError as exc:  # the model's or the config's fault, said plainly: no traceback
+            log.error("loading the models failed: %s", exc)
+            return 1
+        except Exception:
+            log.exception("loading the models failed")
+            return 1
+        finally:
+            standby.stop()  # joined: no thread of the parent's may exist at a fork
+        signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+        for slot in range(self.processes):
+            self._spawn(slot, listener, host)
+        log.info("%d serving processes started from one loaded copy of the models", self.processes)
+        code = self._watch(listener, host)
+        log.info("supervisor exiting with status %d", code)
+        return code
+
+    def _spawn(self, slot: int, listener: socket.socket, host: ModelHost) -> None:
+        self.board.mark(slot, DOWN)
+        pid = os.fork()
+        if pid == 0:  # the serving process: never returns into the supervisor's stack
+            code = 1
+            try:
+                code = self._serve(slot, listener, host)
+            except BaseException:
+                log.exception("serving process %d failed", slot)
+            finally:
+                logging.shutdown()
+                os._exit(code)
+        self.children[pid] = (slot, time.monotonic())
+
+    def _serve(self, slot: int, listener: socket.socket, host: ModelHost) -> int:
+        from service.app import create_app
+        from service.server import DrainingServer
+
+        # Its own process group: a terminal's Ctrl-C reaches only the supervisor, which then
+        # drains every process once (a second signal would skip the drain).
+        os.setpgid(0, 0)
+        _die_with_parent()
+        signal.pthread_sigmask(signal.SIG_SETMASK, set())
+        host.join(self.board, slot)
+        app = create_app(self.settings, host)
+        config = uvicorn.Config(app, **self.options)  # type: ignore[arg-type]
+        server = DrainingServer(config, host, app.state.activity, self.settings.drain_seconds)
+        server.run(sockets=[listener])
+        return 0
+
+    def _watch(self, listener: socket.socket, host: ModelHost) -> int:
+        while True:
+            received = signal.sigtimedwait(SIGNALS, 1.0)
+            if self._reap(listener, host) == "give up":
+                self._stop(listener)
+                return 1
+            if received is not None and received.si_signo != signal.SIGCHLD:
+                log.info("%s received: draining every serving process", signal.Signals(received.si_signo).name)
+                return self._stop(listener)
+
+    def _reap(self, listener: socket.socket, host: ModelHost) -> str:
+        """Collect exited processes and replace each, unless they keep crashing."""
+        while self.children:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                break
+            slot, started = self.children.pop(pid)
+            self.board.mark(slot, DOWN)
+            multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
+            code = os.waitstatus_to_exitcode(status)
+            self.crashes = self.crashes + 1 if time.monotonic() - started < CRASH_WINDOW_SECONDS else 1
+            if self.crashes >= MAX_CRASHES:
+                log.error("serving processes keep dying (%d in a row, last status %d): giving up", self.crashes, code)
+                return "give up"
+            self.replaced.inc()
+            log.warning("serving process %d (pid %d) exited with status %d: starting a replacement", slot, pid, code)
+            self._spawn(slot, listener, host)
+        return "ok"
+
+    def _stop(self, listener: socket.socket) -> int:
+        self.board.start_drain()
+        for pid in self.children:
+            _signal(pid, signal.SIGTERM)
+        deadline = time.monotonic() + self.settings.drain_seconds + EXIT_GRACE_SECONDS
+        codes: list[int] = []
+        while self.children and (left := deadline - time.monotonic()) > 0:
+            received = signal.sigtimedwait(SIGNALS, min(left, 0.5))
+            if received is not None and received.si_signo != signal.SIGCHLD:
+                log.warning("second %s: stopping without waiting", signal.Signals(received.si_signo).name)
+                for pid in self.children:
+                    _signal(pid, signal.SIGTERM)  # a second signal skips the drain
+            codes += self._exited()
+        for pid in list(self.children):
+            log.error("serving process pid %d did not exit in time: killing it", pid)
+            _signal(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            self.children.pop(pid)
+            codes.append(1)
+        answered = answer_backlog(listener, BACKLOG_SECONDS)
+        if answered:
+            log.info("answered %d queued connections with 503 before closing", answered)
+        listener.close()
+        return 0 if all(code == 0 for code in codes) else 1
+
+    def _exited(self) -> list[int]:
+        codes = []
+        while self.children:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                break
+            self.children.pop(pid)
+            multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
+            codes.append(os.waitstatus_to_exitcode(status))
+        return codes
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind((host, port))
+    listener.listen(BACKLOG)
+    listener.set_inheritable(True)
+    return listener
+
+
+def _signal(pid: int, signo: int) -> None:
+    with contextlib.suppress(ProcessLookupError):  # already gone: reaped next
+        os.kill(pid, signo)
+
+
+def _die_with_parent() -> None:
+    """If the supervisor is killed outright, its serving processes get SIGTERM and drain."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        log.debug("prctl(PR_SET_PDEATHSIG) is unavailable: serving processes outlive a killed supervisor")
