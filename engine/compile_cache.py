@@ -13,8 +13,9 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import re
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import torch
@@ -44,14 +45,34 @@ def machine_fingerprint() -> str:
     return f"torch={torch.__version__} arch={platform.machine()} isa={capability} {_cpu_flags()}"
 
 
-def content_key(parts: Iterable[bytes | str]) -> str:
-    """A hex digest over ``parts`` (length-prefixed, so parts cannot run into each other)."""
+def content_key(parts: Iterable[bytes | memoryview | str]) -> str:
+    """A hex digest over ``parts`` (length-prefixed, so parts cannot run into each other).
+    A part may be a memoryview (of a tensor's bytes): hashed in place, not copied."""
     digest = hashlib.sha256(machine_fingerprint().encode())
     for part in parts:
-        data = part.encode() if isinstance(part, str) else part
+        data = memoryview(part.encode() if isinstance(part, str) else part).cast("B")
         digest.update(len(data).to_bytes(8, "little"))
         digest.update(data)
     return digest.hexdigest()[:KEY_CHARS]
+
+
+def tensor_parts(program: torch.export.ExportedProgram) -> Iterator[memoryview | str]:
+    """Key parts for an exported program's every weight, buffer and constant: name, dtype, shape
+    and bytes (viewed, not copied: a copy would add the largest weight to the peak RSS)."""
+    values = {**program.state_dict, **program.constants}
+    for name in sorted(values):
+        value = values[name]
+        if isinstance(value, torch.Tensor):
+            flat = value.detach().contiguous().reshape(-1)
+            yield f"{name}:{value.dtype}:{tuple(value.shape)}"
+            yield flat.view(torch.uint8).numpy().data if flat.numel() else memoryview(b"")
+        else:
+            yield f"{name}:{value!r}"
+
+
+def artifact_path(directory: Path, name: str, key: str, suffix: str) -> Path:
+    """``directory/<name>-<key><suffix>``, the model name made safe for a file name."""
+    return directory / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', name)}-{key}{suffix}"
 
 
 def write_atomically(path: Path, produce: Callable[[Path], None]) -> None:

@@ -1,9 +1,10 @@
-"""``inferpool compile [--config FILE] [--model SRC] [--runtime.compiled-batch-sizes '[1,8]'] ...``
+"""``inferpool compile [--config FILE] [--model SRC] [--prepare aoti|onnxruntime] [--runtime.X ...]``
 
-Compiles every configured model with AOTInductor ahead of time, into the cache that
-``inferpool serve --runtime.backend aoti`` reads, so that serving starts without compiling.
+Prepares the compile cache that ``inferpool serve`` reads, so that serving starts without
+compiling: AOTInductor packages (``--runtime.backend aoti``) and ONNX exports (``onnxruntime``).
+What it prepares follows the configured backend (see :func:`artifacts`), or ``--prepare``.
 It takes exactly the settings ``serve`` takes (same config file, flags and environment), because
-the cache key covers the options that shape the packages: compile and serve with the same ones.
+the cache keys cover the options that shape the artifacts: compile and serve with the same ones.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import argparse
 import shlex
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,18 +21,59 @@ from pydantic import ValidationError
 
 from config import load_settings
 from engine import ConfigError, ModelLoadError
-from engine.backends.aoti_compile import compile_model
 from engine.compile_cache import cache_dir
+from engine.options import AUTO_CANDIDATES, RuntimeOptions
 from service.host import plans
+
+AOTI, ONNX = "aoti", "onnxruntime"
+Progress = Callable[[str], None]
+
+
+def artifacts(options: RuntimeOptions) -> tuple[str, ...]:
+    """What serving with ``options`` reads from the cache: the ONNX export for ``onnxruntime``,
+    and for ``auto`` when it is a candidate (it is by default); AOTInductor packages for
+    ``aoti`` or an ``auto`` that lists it. Any other backend caches nothing, so it gets the
+    AOTInductor packages, to serve with ``--runtime.backend aoti`` (what compile always did)."""
+    if options.backend == "auto":
+        candidates = options.auto_backends or AUTO_CANDIDATES
+        return tuple(kind for kind in (ONNX, AOTI) if kind in candidates)
+    return (ONNX,) if options.backend == ONNX else (AOTI,)
+
+
+def _aoti(source: str, options: RuntimeOptions, progress: Progress) -> None:
+    from engine.backends.aoti_compile import compile_model
+
+    packages = compile_model(source, replace(options, backend=AOTI), progress)
+    fresh = sum(p.compile_seconds is not None for p in packages)
+    progress(f"{source}: {len(packages)} package(s), {fresh} compiled now, {len(packages) - fresh} cached")
+
+
+def _onnx(source: str, options: RuntimeOptions, progress: Progress) -> None:
+    from engine.backends.onnxruntime import compile_model
+
+    exported = compile_model(source, options, progress)
+    how = "from the cache" if exported.export_seconds is None else "exported now"
+    progress(f"{source}: ONNX export {how} and checked against eager in onnxruntime")
+
+
+PREPARE: dict[str, Callable[[str, RuntimeOptions, Progress], None]] = {AOTI: _aoti, ONNX: _onnx}
 
 
 def compile_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="inferpool compile",
-        description="Compile the configured models with AOTInductor into the compile cache. Takes the "
-        "settings `inferpool serve` takes (see `inferpool serve --help`); serve with the same ones.",
+        description="Prepare the compile cache for the configured models: AOTInductor packages and/or ONNX "
+        "exports, as the configured backend reads them. Takes the settings `inferpool serve` takes (see "
+        "`inferpool serve --help`); serve with the same ones.",
     )
     parser.add_argument("--config", type=Path, help="TOML config file (default: config/default.toml)")
+    parser.add_argument(
+        "--prepare",
+        action="append",
+        choices=sorted(PREPARE),
+        help="what to prepare (repeatable); default: what the configured backend reads (auto: onnxruntime, "
+        "and aoti when auto_backends lists it; any other backend but onnxruntime: aoti)",
+    )
     args, rest = parser.parse_known_args(argv)
     try:
         settings = load_settings(args.config, rest)
@@ -43,18 +86,23 @@ def compile_main(argv: list[str]) -> int:
     def progress(message: str) -> None:
         print(f"[{time.perf_counter() - started:6.1f}s] {message}", flush=True)
 
-    directories = set()
+    directories: set[Path] = set()
+    prepared: set[str] = set()
     for model in models:
-        options = replace(model.options, backend="aoti")
+        kinds = tuple(args.prepare or artifacts(model.options))
+        if not kinds:
+            progress(f"{model.source}: its backends read nothing from the cache; name one with --prepare")
         try:
-            packages = compile_model(model.source, options, progress)
+            for kind in kinds:
+                PREPARE[kind](model.source, model.options, progress)
         except (ModelLoadError, ConfigError) as exc:
             print(f"inferpool compile: {exc}", file=sys.stderr)
             return 1
-        fresh = sum(p.compile_seconds is not None for p in packages)
-        progress(f"{model.source}: {len(packages)} package(s), {fresh} compiled now, {len(packages) - fresh} cached")
-        directories.add(cache_dir(options.compile_cache_dir))
+        prepared.update(kinds)
+        directories.add(cache_dir(model.options.compile_cache_dir))
     serve = ["inferpool", "serve", *([f"--config={args.config}"] if args.config else []), *rest]
-    print(f"packages are in {', '.join(map(str, sorted(directories)))}")
-    print(f"serve them with: {shlex.join([*serve, '--runtime.backend', 'aoti'])}")
+    print(f"the cache is in {', '.join(map(str, sorted(directories)))}")
+    if prepared == {AOTI}:
+        serve += ["--runtime.backend", AOTI]  # the settings may name a backend that reads no package
+    print(f"serve with: {shlex.join(serve)}")
     return 0

@@ -13,7 +13,7 @@ import logging
 import re
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from engine.compile_cache import cache_dir, content_key, write_atomically
+from engine.compile_cache import cache_dir, content_key, tensor_parts, write_atomically
 from engine.errors import ModelLoadError
 from engine.module import InferenceModule
 from engine.options import RuntimeOptions
@@ -104,21 +104,9 @@ def export_at(module: InferenceModule, batch: int) -> torch.export.ExportedProgr
         ) from exc
 
 
-def _tensor_parts(program: torch.export.ExportedProgram) -> Iterator[bytes | str]:
-    values = {**program.state_dict, **program.constants}
-    for name in sorted(values):
-        value = values[name]
-        if isinstance(value, torch.Tensor):
-            flat = value.detach().contiguous().reshape(-1)
-            yield f"{name}:{value.dtype}:{tuple(value.shape)}"
-            yield flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
-        else:
-            yield f"{name}:{value!r}"
-
-
 def program_key(program: torch.export.ExportedProgram, batch: int, interface: str) -> str:
     configs = sorted(INDUCTOR_CONFIGS[interface].items())
-    return content_key([str(program.graph), str(batch), interface, repr(configs), *_tensor_parts(program)])
+    return content_key([str(program.graph), str(batch), interface, repr(configs), *tensor_parts(program)])
 
 
 def package_path(directory: Path, name: str, batch: int, key: str) -> Path:

@@ -1,8 +1,9 @@
 """ONNX Runtime: the model exported to ONNX once, one InferenceSession shared by every runtime.
 
-``compile`` exports and builds the session once per model (the AOTInductor/Static Runtime
-split): ORT's ``Run`` is thread-safe and releases the GIL, and each extra session would hold
-its own copy of the weights (~90 MB each on MiniLM). A runtime keeps only its RunOptions.
+``compile`` builds the session once per model (the AOTInductor/Static Runtime split): ORT's
+``Run`` is thread-safe and releases the GIL, and each extra session would hold its own copy of
+the weights (~90 MB each on MiniLM). A runtime keeps only its RunOptions. The export itself is
+cached on disk (engine.backends.onnx_export): a restart builds the session from the file.
 
 Plain ``session.run`` with numpy inputs, not ``run_with_iobinding``: on the digits CNN (1
 thread, median of 15 x 300 calls) run took 21 us at batch 1 and 200 us at batch 32, an
@@ -12,102 +13,36 @@ binding costs more Python calls per request than the copies it saves on tensors 
 
 from __future__ import annotations
 
-import importlib
 import logging
-import warnings
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from engine.backends.base import Runtime
+from engine.backends.onnx_export import KEY_METADATA, OnnxExport, Progress, ensure_export, require
 from engine.errors import ModelLoadError
 from engine.module import InferenceModule, flatten_outputs
 from engine.options import RuntimeOptions
-from engine.schema import Array, TensorSpec
+from engine.schema import Array
+from engine.sources import load_model
 
-INSTALL_HINT = "pip install 'inferpool[onnx]'"
-# The exporter logs a warning for each torchvision op it cannot register when torchvision is
-# absent; those ops are irrelevant unless the model uses them (then the export fails loudly).
-_EXPORTER_REGISTRY_LOGGER = "torch.onnx._internal.exporter._registration"
-
-
-def _require(package: str) -> Any:
-    try:
-        return importlib.import_module(package)
-    except ImportError as exc:
-        raise ModelLoadError(
-            f"backend 'onnxruntime' needs the {package!r} package, which is not installed ({exc}); "
-            f"install it with: {INSTALL_HINT}, or use backend 'eager'"
-        ) from exc
-
-
-@contextmanager
-def _quiet_exporter() -> Iterator[None]:
-    """Silence the exporter's internal deprecation chatter and registry logging: nothing in
-    it is actionable for whoever serves the model, and real export problems raise. Not
-    thread-safe (warnings filters are global), which is fine: compile runs once, at load."""
-    registry_log = logging.getLogger(_EXPORTER_REGISTRY_LOGGER)
-    level = registry_log.level
-    registry_log.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)
-            warnings.simplefilter("ignore", DeprecationWarning)
-            # InferenceModule.from_spec already called eval(); a module still in training mode
-            # is one unlifted from torch.export, whose graph was captured in eval mode anyway.
-            warnings.filterwarnings("ignore", message="Exporting a model while it is in training mode")
-            yield
-    finally:
-        registry_log.setLevel(level)
-
-
-def _export_example(spec: TensorSpec, example: Array) -> torch.Tensor:
-    # torch.export specialises a dimension whose example size is 0 or 1, so a batch-1
-    # example would bake batch=1 into the graph; repeat it to batch 2.
-    if spec.batched and example.shape[0] < 2:
-        example = np.concatenate([example] * 2)
-    return torch.from_numpy(np.ascontiguousarray(example))
-
-
-def export_onnx(module: InferenceModule) -> bytes:
-    """The module as a serialised ONNX model, batch dimension dynamic. In memory, never on disk.
-
-    Uses the torch.export-based exporter (``dynamo=True``): the TorchScript one is deprecated
-    and cannot trace modules unlifted from a .pt2 archive. Models over protobuf's 2 GB limit
-    do not fit in memory this way.
-    """
-    _require("onnxscript")  # the dynamo exporter's op library; torch imports it lazily
-    schema = module.schema
-    examples = tuple(_export_example(s, module.example_inputs[s.name]) for s in schema.inputs)
-    dynamic = tuple(
-        {i: torch.export.Dim.DYNAMIC for i, d in enumerate(s.shape) if d is None} or None for s in schema.inputs
-    )
-    try:
-        with _quiet_exporter():
-            program = torch.onnx.export(
-                module.module,
-                examples,
-                dynamo=True,
-                input_names=[s.name for s in schema.inputs],
-                output_names=[s.name for s in schema.outputs],
-                dynamic_shapes=dynamic,
-                optimize=True,  # folds the shape arithmetic the exporter emits around Reshape
-                verbose=False,
-            )
-        if program is None:
-            raise RuntimeError("torch.onnx.export returned no program")
-        model: bytes = program.model_proto.SerializeToString()
-    except Exception as exc:
-        raise ModelLoadError(f"cannot export model {module.name!r} to ONNX: {exc}; use backend 'eager'") from exc
-    return model
+log = logging.getLogger(__name__)
 
 
 def session_options(options: RuntimeOptions) -> Any:
-    ort = _require("onnxruntime")
+    """Serving options. ORT_ENABLE_ALL because its layout transforms matter on convolutions
+    (digits CNN, 1 thread: batch 32 in 270 us against 565 us at BASIC or EXTENDED); on MiniLM the
+    levels are within noise. The memory arena and memory patterns stay on: turning either off
+    changed neither speed nor RSS measurably on MiniLM or digits (cleanup_activations shrinks the
+    arena after each run instead). Weight prepacking stays on: without it MiniLM's batch 1 took 2x."""
+    ort = require("onnxruntime")
     so = ort.SessionOptions()
+    # The thread plan's per-runtime count. One creates no ORT thread, so a session built in a
+    # parent keeps working in forked children; with more, the session's pool threads stay in
+    # the parent and a child's runs (still correct: unclaimed work runs on the caller) use one.
     so.intra_op_num_threads = options.intra_op_threads
     # Requests already run in parallel on the runtimes; inter-op parallelism would only
     # add threads competing for the same cores (as in engine.threads for torch).
@@ -137,6 +72,52 @@ def check_parity(module: InferenceModule, session: Any) -> None:
             )
 
 
+def _checked_session(module: InferenceModule, options: RuntimeOptions, exported: OnnxExport) -> Any:
+    """A session on ``exported`` that answers as the eager model does, or ModelLoadError."""
+    ort = require("onnxruntime")
+    model = str(exported.model) if isinstance(exported.model, Path) else exported.model
+    where = exported.describe()
+    try:
+        session = ort.InferenceSession(model, session_options(options), providers=["CPUExecutionProvider"])
+    except Exception as exc:
+        raise ModelLoadError(f"onnxruntime cannot load the ONNX export of {module.name!r} ({where}): {exc}") from exc
+    key = session.get_modelmeta().custom_metadata_map.get(KEY_METADATA)
+    names = ([i.name for i in session.get_inputs()], [o.name for o in session.get_outputs()])
+    want = ([s.name for s in module.schema.inputs], [s.name for s in module.schema.outputs])
+    if key != exported.key or names != want:
+        raise ModelLoadError(
+            f"{where} is not the ONNX export of {module.name!r} it is named for (key {key!r}, inputs and "
+            f"outputs {names}; expected {exported.key!r}, {want})"
+        )
+    check_parity(module, session)
+    return session
+
+
+def load_session(
+    module: InferenceModule, options: RuntimeOptions, progress: Progress = log.debug
+) -> tuple[Any, OnnxExport]:
+    """The model's session, checked against eager, from its cached export or a new one. A cached
+    file that does not load, is not what its name says or disagrees with eager is exported
+    again (with a warning naming it): a cache must never be a reason not to start."""
+    require("onnxruntime")  # before exporting, and so that its absence is not taken for a bad file
+    exported = ensure_export(module, options, progress)
+    try:
+        return _checked_session(module, options, exported), exported
+    except ModelLoadError as exc:
+        if exported.export_seconds is not None:
+            raise  # exported just now: the model itself does not survive the export
+        log.warning("the cached ONNX export %s is unusable, exporting %r again: %s", exported.model, module.name, exc)
+    exported = ensure_export(module, options, progress, rebuild=True)
+    return _checked_session(module, options, exported), exported
+
+
+def compile_model(source: str, options: RuntimeOptions, progress: Progress = log.info) -> OnnxExport:
+    """``inferpool compile``: load the model from ``source`` and make sure its ONNX export is
+    cached and loads with the eager model's answers."""
+    progress(f"loading {source}")
+    return load_session(InferenceModule.from_spec(load_model(source)), options, progress)[1]
+
+
 class OnnxRuntime(Runtime):
     """Runs the shared ``onnxruntime.InferenceSession`` built by :meth:`compile`."""
 
@@ -146,8 +127,7 @@ class OnnxRuntime(Runtime):
         super().__init__(module, options, compiled)
         self._inputs = tuple(s.name for s in module.schema.inputs)
         self._outputs = [s.name for s in module.schema.outputs]
-        ort = _require("onnxruntime")
-        self._run_options = ort.RunOptions()
+        self._run_options = require("onnxruntime").RunOptions()
         if options.cleanup_activations:
             # Return the arena's free chunks after each run: a large batch otherwise keeps its
             # activations resident (+100 MB after one batch of 8192 digits). No measurable
@@ -156,14 +136,7 @@ class OnnxRuntime(Runtime):
 
     @classmethod
     def compile(cls, module: InferenceModule, options: RuntimeOptions) -> Any:
-        ort = _require("onnxruntime")
-        model = export_onnx(module)
-        try:
-            session = ort.InferenceSession(model, session_options(options), providers=["CPUExecutionProvider"])
-        except Exception as exc:
-            raise ModelLoadError(f"onnxruntime cannot load the ONNX export of {module.name!r}: {exc}") from exc
-        check_parity(module, session)
-        return session
+        return load_session(module, options)[0]
 
     def run(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
         outputs = self.compiled.run(self._outputs, {name: inputs[name] for name in self._inputs}, self._run_options)

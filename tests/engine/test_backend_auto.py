@@ -43,6 +43,24 @@ class Slow(EagerRuntime):
         return super().run(inputs)
 
 
+class QuickAlone(EagerRuntime):
+    """Fast at batch 1, slow per sample in a batch: what a mean of the two would choose."""
+
+    def run(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
+        if next(iter(inputs.values())).shape[0] > 1:
+            time.sleep(0.004)
+        return super().run(inputs)
+
+
+class QuickInBatches(EagerRuntime):
+    """Slow at batch 1, as fast as eager per sample in a batch."""
+
+    def run(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
+        if next(iter(inputs.values())).shape[0] == 1:
+            time.sleep(0.004)
+        return super().run(inputs)
+
+
 class Counted(EagerRuntime):
     """Counts its compiles and hands out a distinct artifact per compile, to follow it."""
 
@@ -72,6 +90,8 @@ def fakes(monkeypatch):
         "counted": Counted,
         "counted_too": CountedToo,
         "warns": Warns,
+        "quick_alone": QuickAlone,
+        "quick_in_batches": QuickInBatches,
     }.items():
         monkeypatch.setitem(BACKENDS, name, backend)
     COMPILES.clear()
@@ -99,7 +119,7 @@ def test_picks_the_fastest_measured_and_records_why_others_were_skipped(digits_m
     assert rows["wrong"].error is not None
     assert "disagrees with eager PyTorch" in rows["wrong"].error
     for row in (rows["eager"], rows["slow"]):
-        assert row.batch_size == 8  # max(8, max_batch_size)
+        assert row.batch_size == 8  # batching off: batch 1 and N = 8
         assert row.batch1_us is not None
         assert row.per_sample_us is not None
         assert row.score_us == pytest.approx(math.sqrt(row.batch1_us * row.per_sample_us), rel=0.01)
@@ -175,3 +195,21 @@ def test_unbatched_model_is_scored_by_its_call_time(fakes):
         assert row.per_sample_us is None
         assert row.score_us == row.batch1_us
     assert choice.name == min(scored(choice), key=scored(choice).__getitem__)
+
+
+@pytest.mark.parametrize(("max_batch_size", "winner"), [(1, "quick_alone"), (4, "quick_in_batches")])
+def test_with_batching_the_batch_it_forms_decides(digits_module, fakes, max_batch_size, winner):
+    """Batching on: timed at batch 1 and at max_batch_size, scored by the time per sample at
+    max_batch_size (what serving under load runs). Off: batch 1 and 8, geometric mean."""
+    choice = resolve_backend(digits_module, auto("quick_alone", "quick_in_batches", max_batch_size=max_batch_size))
+    rows = {t.backend: t for t in choice.trials}
+    assert choice.name == winner
+    for row in rows.values():
+        assert row.batch1_us is not None
+        assert row.per_sample_us is not None
+        if max_batch_size > 1:
+            assert row.batch_size == max_batch_size
+            assert row.score_us == pytest.approx(row.per_sample_us, rel=0.01)
+        else:
+            assert row.batch_size == 8
+            assert row.score_us == pytest.approx(math.sqrt(row.batch1_us * row.per_sample_us), rel=0.01)

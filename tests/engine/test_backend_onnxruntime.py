@@ -2,13 +2,17 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import logging
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from engine import BACKENDS, InferenceModule, ModelLoadError, RuntimeOptions, ServedModel, load_model
-from engine.backends.onnxruntime import OnnxRuntime
+from engine.backends.onnx_export import export_key, export_program
+from engine.backends.onnxruntime import OnnxRuntime, load_session
 from engine.threads import ThreadPlan
 
 pytest.importorskip("onnxruntime")
@@ -116,3 +120,110 @@ def test_missing_package_says_how_to_install_it(digits_module, options, monkeypa
     monkeypatch.setattr(importlib, "import_module", no_onnxruntime)
     with pytest.raises(ModelLoadError, match=r"pip install 'inferpool\[onnx\]'"):
         OnnxRuntime.compile(digits_module, options)
+
+
+def cached_options(cache, **more) -> RuntimeOptions:
+    return RuntimeOptions(backend="onnxruntime", compile_cache_dir=str(cache), warmup_iters=1, **more)
+
+
+def no_export(monkeypatch) -> None:
+    def exporter(*args, **kwargs):
+        raise AssertionError("the ONNX exporter ran on a warm start")
+
+    monkeypatch.setattr(torch.onnx, "export", exporter)
+
+
+def cached_file(cache) -> Path:
+    (path,) = cache.glob("digits-*.onnx")
+    return path
+
+
+def test_the_export_is_cached_and_a_warm_start_does_not_export(digits_module, tmp_path, images, reference, monkeypatch):
+    options = cached_options(tmp_path)
+    _, exported = load_session(digits_module, options)
+    assert exported.export_seconds is not None
+    assert exported.model == cached_file(tmp_path)
+    assert exported.model.name == f"digits-{exported.key}.onnx"
+    no_export(monkeypatch)
+    _, again = load_session(digits_module, options)
+    assert (again.model, again.key, again.export_seconds) == (exported.model, exported.key, None)
+    runtime = OnnxRuntime(digits_module, options, OnnxRuntime.compile(digits_module, options))
+    check(runtime.run({"image": images[:3]}), images[:3], reference)
+
+
+def test_the_key_covers_the_weights(digits_module, tmp_path):
+    from engine.zoo.digits import build
+
+    spec = build()
+    with torch.no_grad():
+        next(spec.module.parameters())[0] += 1.0
+    changed = InferenceModule.from_spec(spec)
+    assert export_key(changed, export_program(changed)) != export_key(digits_module, export_program(digits_module))
+
+
+def test_a_corrupt_cached_file_is_rebuilt_with_a_warning_naming_it(digits_module, tmp_path, caplog):
+    options = cached_options(tmp_path)
+    load_session(digits_module, options)
+    path = cached_file(tmp_path)
+    good = path.read_bytes()
+    path.write_bytes(good[: len(good) // 2])  # as a crash mid-copy would leave it
+    with caplog.at_level(logging.WARNING):
+        _, rebuilt = load_session(digits_module, options)
+    assert f"the cached ONNX export {path} is unusable" in caplog.text
+    assert rebuilt.export_seconds is not None
+    assert rebuilt.model == path
+    assert path.read_bytes() == good
+
+
+def edit_cached(path: Path, edit) -> None:
+    import onnx
+
+    model = onnx.load(str(path))
+    edit(model)
+    onnx.save(model, str(path))
+
+
+def test_a_file_under_another_key_is_rebuilt(digits_module, tmp_path, caplog):
+    options = cached_options(tmp_path)
+    load_session(digits_module, options)
+    path = cached_file(tmp_path)
+    edit_cached(path, lambda model: setattr(model.metadata_props[-1], "value", "another-key"))
+    with caplog.at_level(logging.WARNING):
+        _, rebuilt = load_session(digits_module, options)
+    assert str(path) in caplog.text
+    assert "is not the ONNX export of 'digits' it is named for" in caplog.text
+    assert rebuilt.export_seconds is not None
+
+
+def test_parity_is_checked_on_a_warm_start(digits_module, tmp_path, caplog, images, reference):
+    """A cached file with the right key and names but other weights (a stale or tampered
+    export) must not serve: the warm start compares it with eager, and rebuilds it."""
+    import onnx.numpy_helper
+
+    options = cached_options(tmp_path)
+    load_session(digits_module, options)
+    path = cached_file(tmp_path)
+
+    def shift_the_weights(model):  # every float weight and bias (the example image is all zeros)
+        for weight in model.graph.initializer:
+            if weight.data_type == onnx.TensorProto.FLOAT and weight.dims:
+                shifted = onnx.numpy_helper.to_array(weight) + 0.1
+                weight.CopyFrom(onnx.numpy_helper.from_array(shifted, weight.name))
+
+    edit_cached(path, shift_the_weights)
+    with caplog.at_level(logging.WARNING):
+        session, rebuilt = load_session(digits_module, options)
+    assert "disagrees with the eager model" in caplog.text
+    assert str(path) in caplog.text
+    assert rebuilt.export_seconds is not None
+    check(OnnxRuntime(digits_module, options, session).run({"image": images[:4]}), images[:4], reference)
+
+
+def test_an_unwritable_cache_serves_the_export_from_memory(digits_module, tmp_path, caplog, images, reference):
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a directory")
+    with caplog.at_level(logging.WARNING):
+        session, exported = load_session(digits_module, cached_options(blocked))
+    assert isinstance(exported.model, bytes)
+    assert "cannot cache the ONNX export of 'digits'" in caplog.text
+    check(OnnxRuntime(digits_module, cached_options(blocked), session).run({"image": images}), images, reference)

@@ -1,0 +1,187 @@
+"""Export a model to ONNX once, cached by content hash (engine.compile_cache), so that a restart
+loads the file instead of exporting again (the export is most of onnxruntime's start: ~7 s of
+MiniLM's, against ~0.2 s to build a session from the file).
+
+The model goes through ``torch.export`` first; the cache key covers that graph and every
+weight's bytes (as for the AOTInductor packages), the exporter's options, the versions of
+torch, onnx, onnxscript and onnxruntime, and the machine. A miss converts the same program
+(it is not exported twice). The key is also written into the file's metadata, so that a file
+renamed or copied under another key is noticed, not served.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import partial
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from engine.compile_cache import artifact_path, cache_dir, content_key, tensor_parts, write_atomically
+from engine.errors import ModelLoadError
+from engine.module import InferenceModule
+from engine.options import RuntimeOptions
+from engine.schema import Array, TensorSpec
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str], None]
+INSTALL_HINT = "pip install 'inferpool[onnx]'"
+SUFFIX = ".onnx"
+KEY_METADATA = "inferpool.cache_key"
+OPTIMIZE = True
+"""``torch.onnx.export(optimize=...)``, part of the key: it folds the shape arithmetic the
+exporter emits around Reshape. Change it (or the call) and bump EXPORTER, and old files are
+not read."""
+EXPORTER = "torch.onnx.export dynamo=True"
+VERSIONED = ("onnx", "onnxscript", "onnxruntime")  # torch is in the machine fingerprint
+# The exporter logs a warning for each torchvision op it cannot register when torchvision is
+# absent; those ops are irrelevant unless the model uses them (then the export fails loudly).
+_EXPORTER_REGISTRY_LOGGER = "torch.onnx._internal.exporter._registration"
+
+
+def require(package: str) -> Any:
+    try:
+        return importlib.import_module(package)
+    except ImportError as exc:
+        raise ModelLoadError(
+            f"backend 'onnxruntime' needs the {package!r} package, which is not installed ({exc}); "
+            f"install it with: {INSTALL_HINT}, or use backend 'eager'"
+        ) from exc
+
+
+@dataclass(frozen=True)
+class OnnxExport:
+    """The model's ONNX file in the cache, or its bytes when the cache cannot be written."""
+
+    model: Path | bytes
+    key: str
+    export_seconds: float | None = None
+    """Seconds spent exporting it now; None when it came from the cache."""
+
+    def describe(self) -> str:
+        return str(self.model) if isinstance(self.model, Path) else "the in-memory export"
+
+
+@contextmanager
+def _quiet_exporter() -> Iterator[None]:
+    """Silence the exporter's internal deprecation chatter and registry logging: nothing in
+    it is actionable for whoever serves the model, and real export problems raise. Not
+    thread-safe (warnings filters are global), which is fine: export runs once, at load."""
+    registry_log = logging.getLogger(_EXPORTER_REGISTRY_LOGGER)
+    level = registry_log.level
+    registry_log.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            # InferenceModule.from_spec already called eval(); a module still in training mode
+            # is one unlifted from torch.export, whose graph was captured in eval mode anyway.
+            warnings.filterwarnings("ignore", message="Exporting a model while it is in training mode")
+            yield
+    finally:
+        registry_log.setLevel(level)
+
+
+def _export_example(spec: TensorSpec, example: Array) -> torch.Tensor:
+    # torch.export specialises a dimension whose example size is 0 or 1, so a batch-1
+    # example would bake batch=1 into the graph; repeat it to batch 2.
+    if spec.batched and example.shape[0] < 2:
+        example = np.concatenate([example] * 2)
+    return torch.from_numpy(np.ascontiguousarray(example))
+
+
+def export_program(module: InferenceModule) -> torch.export.ExportedProgram:
+    """``torch.export`` with every schema dimension marked None dynamic: the key's graph and
+    the exporter's input (2-3 s on MiniLM, the bulk of a warm start)."""
+    schema = module.schema
+    examples = tuple(_export_example(s, module.example_inputs[s.name]) for s in schema.inputs)
+    dynamic = tuple(
+        {i: torch.export.Dim.DYNAMIC for i, d in enumerate(s.shape) if d is None} or None for s in schema.inputs
+    )
+    try:
+        with _quiet_exporter():
+            return torch.export.export(module.module, examples, dynamic_shapes=dynamic)
+    except Exception as exc:
+        raise ModelLoadError(f"cannot export model {module.name!r} to ONNX: {exc}; use backend 'eager'") from exc
+
+
+def _versions() -> str:
+    def one(package: str) -> str:
+        try:
+            return version(package)
+        except PackageNotFoundError:
+            return "absent"
+
+    return " ".join(f"{package}={one(package)}" for package in VERSIONED)
+
+
+def export_key(module: InferenceModule, program: torch.export.ExportedProgram) -> str:
+    names = [s.name for s in module.schema.inputs + module.schema.outputs]  # the file's input/output names
+    parts = [str(program.graph), EXPORTER, f"optimize={OPTIMIZE}", repr(names), _versions()]
+    return content_key([*parts, *tensor_parts(program)])
+
+
+def to_onnx(module: InferenceModule, program: torch.export.ExportedProgram, key: str) -> bytes:
+    """The program as a serialised ONNX model, its key in the metadata. Models over protobuf's
+    2 GB limit do not fit in one serialised model this way."""
+    require("onnxscript")  # the dynamo exporter's op library; torch imports it lazily
+    schema = module.schema
+    try:
+        with _quiet_exporter():
+            onnx_program = torch.onnx.export(
+                program,
+                (),
+                input_names=[s.name for s in schema.inputs],
+                output_names=[s.name for s in schema.outputs],
+                dynamo=True,
+                optimize=OPTIMIZE,
+                verbose=False,
+            )
+        if onnx_program is None:
+            raise RuntimeError("torch.onnx.export returned no program")
+        proto = onnx_program.model_proto
+        entry = proto.metadata_props.add()
+        entry.key, entry.value = KEY_METADATA, key
+        model: bytes = proto.SerializeToString()
+    except Exception as exc:
+        raise ModelLoadError(f"cannot export model {module.name!r} to ONNX: {exc}; use backend 'eager'") from exc
+    return model
+
+
+def _write(model: bytes, path: Path) -> None:
+    path.write_bytes(model)
+
+
+def ensure_export(
+    module: InferenceModule, options: RuntimeOptions, progress: Progress = log.debug, *, rebuild: bool = False
+) -> OnnxExport:
+    """The model's ONNX file: from the cache, or exported now and cached (``rebuild``: exported
+    even if a file is there, which is then replaced)."""
+    program = export_program(module)
+    key = export_key(module, program)
+    path = artifact_path(cache_dir(options.compile_cache_dir), module.name, key, SUFFIX)
+    if path.is_file() and not rebuild:
+        progress(f"{module.name!r}: cached ONNX export {path}")
+        return OnnxExport(path, key)
+    progress(f"{module.name!r}: exporting to ONNX ...")
+    started = time.perf_counter()
+    model = to_onnx(module, program, key)
+    seconds = time.perf_counter() - started
+    try:
+        write_atomically(path, partial(_write, model))
+    except OSError as exc:
+        # A read-only cache costs the next start an export; it must not stop this one.
+        log.warning("cannot cache the ONNX export of %r in %s (%s); serving it from memory", module.name, path, exc)
+        return OnnxExport(model, key, seconds)
+    progress(f"{module.name!r}: exported to ONNX in {seconds:.1f} s -> {path}")
+    return OnnxExport(path, key, seconds)
