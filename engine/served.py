@@ -96,17 +96,31 @@ class ServedModel:
         if start:
             self.start()
 
-    def start(self) -> None:
+    def start(self, forked: bool = False) -> None:
         """Apply the thread plan and start the executor's threads: the model takes requests.
 
         Separate from loading so that a parent process can load, choose and warm the model once
         and fork serving processes that share its weights (service.supervisor): threads do not
         survive a fork, and a parent that ran an OpenMP parallel region leaves forked children
         hanging on their first one (measured: torch with 2 intra-op threads), so the parent
-        loads with one intra-op thread and each child starts here."""
+        loads with one intra-op thread and each child starts here (``forked``)."""
         apply_thread_plan(self.plan)
+        if forked and self.plan.intra_op_threads > 1 and self._backend.threaded_artifact:
+            self._rebuild_artifact()
         self.executor = EXECUTORS[self.dispatch_mode](self.pipeline, self._executor_config())
         self.accepting = True
+
+    def _rebuild_artifact(self) -> None:
+        """The shared artifact's intra-op threads stayed in the parent (measured on an ORT
+        session: a forked child's runs stay correct but use one thread), so this process builds
+        its own and its runtimes on it, at the cost of its own copy of the weights."""
+        self._compiled = self._backend.compile(self.module, self.options)
+        runtimes = [self._backend(self.module, self.options, self._compiled) for _ in range(self.plan.runtimes)]
+        for runtime in runtimes:
+            runtime.warmup()
+        self.pool = RuntimePool(runtimes, timeout=self.options.borrow_timeout)
+        log.info("model %r: built this process's own %s artifact for %d intra-op threads",
+                 self.name, self.selection.name, self.plan.intra_op_threads)  # fmt: skip
 
     def _choose_executor(self) -> tuple[str, dict[str, Any] | None]:
         """``batch`` when batching is on, else the configured dispatch, or for ``auto`` the

@@ -148,7 +148,7 @@ class ModelHost:
             else:
                 loaded = self._preloaded
                 for model in loaded.values():
-                    model.start()
+                    model.start(forked=True)
             for model in loaded.values():
                 if self.on_ready is not None:
                     self.on_ready(model)

@@ -23,6 +23,10 @@ class Runtime(ABC):
     """For backends with a shared artifact: its name in errors and its type. A runtime built
     without it would load its own (each runtime its own weights), so that is refused."""
 
+    threaded_artifact: ClassVar[bool] = False
+    """The shared artifact starts threads of its own when ``intra_op_threads`` > 1 (an ORT
+    session's pool): threads a process forked after ``compile`` does not have."""
+
     def __init__(self, module: InferenceModule, options: RuntimeOptions, compiled: Any = None) -> None:
         if self.shared is not None:
             what, kind = self.shared

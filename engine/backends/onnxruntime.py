@@ -122,6 +122,7 @@ class OnnxRuntime(Runtime):
     """Runs the shared ``onnxruntime.InferenceSession`` built by :meth:`compile`."""
 
     shared = ("session", object)
+    threaded_artifact = True
 
     def __init__(self, module: InferenceModule, options: RuntimeOptions, compiled: Any = None) -> None:
         super().__init__(module, options, compiled)
