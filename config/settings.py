@@ -128,6 +128,20 @@ class Settings(BaseSettings):
         description="On SIGTERM, how long requests already accepted may take to finish before the "
         "server exits. Keep Kubernetes' terminationGracePeriodSeconds above preStop sleep + this.",
     )
+    read_timeout_seconds: float = Field(
+        10.0,
+        gt=0,
+        le=3600,
+        description="A request's headers must arrive within this many seconds of its first byte, and a body "
+        "may not pause longer between two reads; otherwise the connection is closed (a 408 when no route has "
+        "it yet). Stalled and slowloris clients hold nothing for longer.",
+    )
+    max_connections: int = Field(
+        1000,
+        ge=1,
+        description="Open connections per serving process; one more is answered 503 with Retry-After and "
+        "closed before it is read. Idle keep-alive connections count: raise it for large client pools.",
+    )
     workers: int = Field(
         0,
         ge=0,

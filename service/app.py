@@ -47,6 +47,7 @@ def create_app(settings: Settings, host: ModelHost | None = None) -> FastAPI:
         activity.admit(model.info.capacity)
         _announce(model, metrics, version)
 
+    supervised = host is not None
     if host is None:
         host = ModelHost(settings)
     host.on_ready = ready
@@ -56,7 +57,8 @@ def create_app(settings: Settings, host: ModelHost | None = None) -> FastAPI:
         # A short switch interval lets a worker thread take the GIL back from the event loop
         # soon after its torch op ends, instead of after CPython's default 5 ms.
         sys.setswitchinterval(settings.switch_interval)
-        log.info("effective config: %s", settings.model_dump_json())
+        if not supervised:  # the supervisor logged it once for all its processes
+            log.info("effective config: %s", settings.model_dump_json())
         host.start()  # loads (or starts) and warms in the background; /health/ready says when done
         try:
             yield

@@ -36,7 +36,7 @@ from typing import Any
 import uvloop
 from pydantic import ValidationError
 
-from config import Settings, load_settings
+from config import Settings, error_lines, load_settings
 from engine import ConfigError, EngineError, ServedModel
 from service.bench_client import REFERENCE, KeepAlive, json_request, serve_subprocess, v2_binary_request
 from service.bench_report import format_table, summarize
@@ -82,7 +82,8 @@ def bench_main(argv: list[str]) -> int:
         settings = sized(load_settings(args.config, rest))  # split the CPUs as serve will
         inputs = None if args.inputs is None else json.loads(args.inputs)
     except (ValidationError, ConfigError, FileNotFoundError, json.JSONDecodeError) as exc:
-        print(f"inferpool bench: invalid configuration: {exc}", file=sys.stderr)
+        for line in error_lines(exc):
+            print(f"inferpool bench: invalid configuration: {line}", file=sys.stderr)
         return 2
     serve_args = ([] if args.config is None else ["--config", str(args.config)]) + rest
     limits = Limits(args.count, args.seconds, args.rounds, args.warmup, args.ready_timeout)

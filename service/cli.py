@@ -13,13 +13,14 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from config import Settings, load_settings
+from config import Settings, error_lines, load_settings
 from engine import ConfigError
 from engine.threads import plan_threads
 from service.bench_command import bench_main
 from service.compile_command import compile_main
 from service.host import plans, sized
 from service.logs import configure_logging
+from service.protocol import guarded_protocol
 
 log = logging.getLogger("inferpool")
 
@@ -44,7 +45,8 @@ def serve(argv: list[str]) -> int:
         for model in plans(settings):
             plan_threads(model.options, shares=settings.cpu_shares)
     except (ValidationError, ConfigError, FileNotFoundError) as exc:
-        print(f"inferpool: invalid configuration: {exc}", file=sys.stderr)
+        for line in error_lines(exc):
+            print(f"inferpool: invalid configuration: {line}", file=sys.stderr)
         return 2
     configure_logging(settings.log_level, settings.log_format)
     metrics_dir = _share_metrics(settings)
@@ -52,7 +54,7 @@ def serve(argv: list[str]) -> int:
 
     options = {
         "loop": "uvloop",
-        "http": "httptools",
+        "http": guarded_protocol(settings.read_timeout_seconds, settings.max_connections),
         "log_config": None,  # keep the handler configure_logging installed
         "access_log": False,  # one line per request costs more than a small model's inference
         "timeout_graceful_shutdown": settings.drain_seconds,

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from config import load_settings
+from config import error_lines, load_settings
 from engine import ConfigError, ModelLoadError
 from engine.compile_cache import cache_dir
 from engine.options import AUTO_CANDIDATES, RuntimeOptions
@@ -79,7 +79,8 @@ def compile_main(argv: list[str]) -> int:
         settings = load_settings(args.config, rest)
         models = plans(settings)
     except (ValidationError, ConfigError, FileNotFoundError) as exc:
-        print(f"inferpool compile: invalid configuration: {exc}", file=sys.stderr)
+        for line in error_lines(exc):
+            print(f"inferpool compile: invalid configuration: {line}", file=sys.stderr)
         return 2
     started = time.perf_counter()
 

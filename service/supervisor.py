@@ -62,13 +62,15 @@ class Supervisor:
     def run(self) -> int:
         listener = _listen(self.settings.host, self.settings.port)
         log.info("listening on http://%s:%d", self.settings.host, self.settings.port)
+        log.info("effective config: %s", self.settings.model_dump_json())
         host = ModelHost(self.settings)
         standby = Standby(listener, "loading")
         try:
             host.preload()
-        except EngineError as exc:  # the model's or the config's fault, said plainly: no traceback
+        except EngineError as exc:  # the model's or the config's fault: one line, as config errors are
             log.error("loading the models failed: %s", exc)
-            return 1
+            log.debug("loading the models failed", exc_info=True)
+            return 2
         except Exception:
             log.exception("loading the models failed")
             return 1

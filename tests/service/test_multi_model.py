@@ -55,5 +55,5 @@ def test_two_models_with_one_name_fail_loudly(tmp_path):
     result = subprocess.run(
         [INFERPOOL, "serve", "--port", "0", "--config", str(config)], capture_output=True, text=True, timeout=120
     )
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert "two models are named 'digits'; give one a distinct 'name' in the config" in result.stderr

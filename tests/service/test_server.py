@@ -100,7 +100,7 @@ def test_a_model_that_cannot_load_stops_the_server_with_the_reason():
         [INFERPOOL, "serve", "--port", "0", "--model", "nonexistent.module:build"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert "loading the models failed: cannot import model factory 'nonexistent.module:build'" in result.stderr
     assert "Traceback" not in result.stderr
 

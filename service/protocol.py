@@ -1,0 +1,86 @@
+"""uvicorn's httptools protocol with the limits a server facing the open internet needs.
+
+uvicorn closes a connection only when it idles between requests (``timeout_keep_alive``): a
+client that connects and never sends, or sends headers a byte at a time (slowloris), or
+stops halfway through a body, keeps its connection, its memory and, once its headers are in,
+a task forever. Here:
+
+- a request's headers must arrive within ``read_timeout`` of its first byte (or of the
+  connection, for the first request), else the client gets a 408 and the connection closes;
+- while a body is being read, no gap between two reads may exceed ``read_timeout``, else the
+  connection closes (the route sees the client leave: counted 499, not a server error);
+- beyond ``max_connections`` open connections, a new one gets a 503 with ``Retry-After`` and
+  is closed at once, before anything of it is parsed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+
+def _answer(status: bytes, message: str, retry_after: bool) -> bytes:
+    body = orjson.dumps({"error": message})
+    extra = b"retry-after: 1\r\n" if retry_after else b""
+    return (b"HTTP/1.1 %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n%sconnection: close\r\n\r\n%s"
+            % (status, len(body), extra, body))  # fmt: skip
+
+
+def guarded_protocol(read_timeout: float, max_connections: int) -> type[asyncio.Protocol]:
+    timed_out = _answer(b"408 Request Timeout", f"the request did not arrive within {read_timeout:g}s", False)
+    full = _answer(b"503 Service Unavailable", f"over {max_connections} open connections; retry later", True)
+
+    class GuardedHttpTools(HttpToolsProtocol):
+        _deadline: asyncio.TimerHandle | None = None
+        _headers_in = False
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            if len(self.connections) > max_connections:
+                transport.write(full)
+                transport.close()
+                return
+            self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def data_received(self, data: bytes) -> None:
+            if self._headers_in and self._deadline is not None:
+                self._arm()  # a body is arriving: the gap starts again
+            super().data_received(data)
+
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            self._headers_in = False
+            self._arm()
+
+        def on_headers_complete(self) -> None:
+            self._headers_in = True
+            super().on_headers_complete()
+
+        def on_message_complete(self) -> None:
+            self._disarm()  # the request is in; uvicorn's keep-alive timer takes over after it
+            super().on_message_complete()
+
+        def _arm(self) -> None:
+            self._disarm()
+            self._deadline = self.loop.call_later(read_timeout, self._stalled)
+
+        def _disarm(self) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
+
+        def _stalled(self) -> None:
+            self._deadline = None
+            if self.transport.is_closing():
+                return
+            if not self._headers_in:  # no route has this request yet: it can still be answered
+                self.transport.write(timed_out)
+            self.transport.close()
+
+    return GuardedHttpTools
