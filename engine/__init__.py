@@ -3,7 +3,8 @@
 No web framework is imported here; ``service`` is one front end built on this API.
 """
 
-from engine.backends import BACKENDS, Runtime
+from engine.backends import BACKENDS
+from engine.backends.base import Runtime
 from engine.client import EngineClient, ModelInfo, ModelStats
 from engine.errors import (
     ConfigError,

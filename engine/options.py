@@ -8,6 +8,7 @@ from pydantic import ConfigDict, model_validator
 from pydantic.dataclasses import dataclass
 from pydantic_core import ArgsKwargs
 
+from engine.backends import BACKENDS
 from engine.executors import DISPATCH_MODES
 
 AOTI_INTERFACES = ("minimal_arrayref", "loader")  # keys of engine.backends.aoti_runners.INTERFACES
@@ -197,9 +198,7 @@ class RuntimeOptions:
                 f"use one of {AOTI_INTERFACES} ('minimal_arrayref' releases the GIL, 'loader' is PyTorch's own)",
             ),
         }
-        if self.auto_backends:  # imported only when needed: the backends import this module
-            from engine.backends import BACKENDS
-
+        if self.auto_backends:
             checks["auto_backends"] = (
                 set(self.auto_backends) <= set(BACKENDS) and len(set(self.auto_backends)) == len(self.auto_backends),
                 f"use names from {sorted(BACKENDS)}, each once, or () for {list(AUTO_CANDIDATES)}",

@@ -21,8 +21,8 @@ import numpy as np
 import torch
 
 from engine.admission import Admission, ServiceTimes, count_samples
-from engine.backends import Runtime
 from engine.backends.autoselect import resolve_backend
+from engine.backends.base import Runtime
 from engine.client import ModelInfo, ModelStats
 from engine.dispatch_choice import decide
 from engine.errors import ConfigError, DeadlineExceeded, EngineError, InvalidInput, ModelFailed, NotReady, Overloaded

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from engine import BACKENDS, InferenceModule, RuntimeOptions
-from engine.backends import Runtime
+from engine.backends.base import Runtime
 from engine.spec import ModelSpec
 from engine.threads import apply_thread_plan
 from engine.zoo import digits, mlp

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from engine import BACKENDS, InferenceModule, RuntimeOptions
-from engine.backends import Runtime
+from engine.backends.base import Runtime
 from engine.threads import ThreadPlan, apply_thread_plan, init_worker_thread
 from engine.zoo.digits import build
 

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from engine import BACKENDS, InferenceModule, RuntimeOptions, load_model
-from engine.backends import Runtime
+from engine.backends.base import Runtime
 from engine.backends.static import StaticRuntime
 from engine.threads import ThreadPlan, apply_thread_plan
 from loadtest.bench_backends import latencies, span

@@ -1,20 +1,59 @@
-"""Backends by name; ``RuntimeOptions.backend`` picks one. Add new ones to the table."""
+"""Backends by name; ``RuntimeOptions.backend`` picks one. Add new ones to the table.
+
+The table holds import strings (as uvicorn's ``config.py`` names its loops and protocols): a
+backend's module is imported the first time its name is looked up, so importing the engine or
+the config loads no backend and opens none of their libraries (the aoti runner's ``ctypes``
+handle on libtorch, onnxruntime, the exporters). Names live here and nowhere else.
+"""
 
 from __future__ import annotations
 
-from engine.backends.aoti import AotiRuntime
-from engine.backends.base import Runtime
-from engine.backends.eager import EagerRuntime
-from engine.backends.onnxruntime import OnnxRuntime
-from engine.backends.static import StaticRuntime
-from engine.backends.torchscript import TorchScriptRuntime
+import importlib
+from collections.abc import Iterator, Mapping, MutableMapping
+from typing import TYPE_CHECKING
 
-BACKENDS: dict[str, type[Runtime]] = {
-    "eager": EagerRuntime,
-    "onnxruntime": OnnxRuntime,
-    "torchscript": TorchScriptRuntime,
-    "aoti": AotiRuntime,
-    "static": StaticRuntime,
+if TYPE_CHECKING:
+    from engine.backends.base import Runtime
+
+BACKEND_PATHS = {
+    "eager": "engine.backends.eager:EagerRuntime",
+    "onnxruntime": "engine.backends.onnxruntime:OnnxRuntime",
+    "torchscript": "engine.backends.torchscript:TorchScriptRuntime",
+    "aoti": "engine.backends.aoti:AotiRuntime",
+    "static": "engine.backends.static:StaticRuntime",
 }
 
-__all__ = ["BACKENDS", "Runtime"]
+
+class BackendTable(MutableMapping[str, "type[Runtime]"]):
+    """Backend names to runtime classes, each imported on first use. A class can also be
+    registered directly under a new name (a plugin, a test's fake backend)."""
+
+    def __init__(self, paths: Mapping[str, str]) -> None:
+        self._paths = dict(paths)
+        self._loaded: dict[str, type[Runtime]] = {}
+
+    def __getitem__(self, name: str) -> type[Runtime]:
+        found = self._loaded.get(name)
+        if found is None:
+            module, _, attribute = self._paths[name].partition(":")  # KeyError for an unknown name
+            found = self._loaded[name] = getattr(importlib.import_module(module), attribute)
+        return found
+
+    def __setitem__(self, name: str, backend: type[Runtime]) -> None:
+        self._paths[name] = f"{backend.__module__}:{backend.__qualname__}"
+        self._loaded[name] = backend
+
+    def __delitem__(self, name: str) -> None:
+        del self._paths[name]
+        self._loaded.pop(name, None)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._paths)
+
+    def __len__(self) -> int:
+        return len(self._paths)
+
+
+BACKENDS = BackendTable(BACKEND_PATHS)
+
+__all__ = ["BACKENDS", "BACKEND_PATHS", "BackendTable"]

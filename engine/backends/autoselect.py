@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from engine.backends import BACKENDS
 from engine.backends.base import Runtime
 from engine.errors import ConfigError, EngineError, ModelLoadError
 from engine.module import InferenceModule
@@ -96,14 +97,10 @@ class BackendChoice:
 
 
 def backend_names() -> list[str]:
-    from engine.backends import BACKENDS  # the table imports this module's siblings
-
     return [*sorted(BACKENDS), AUTO]
 
 
 def resolve_backend(module: InferenceModule, options: RuntimeOptions) -> BackendChoice:
-    from engine.backends import BACKENDS
-
     if options.backend == AUTO:
         return choose(module, options, {n: BACKENDS[n] for n in options.auto_backends or AUTO_CANDIDATES})
     if options.backend not in BACKENDS:

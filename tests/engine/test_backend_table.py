@@ -1,0 +1,30 @@
+"""The backend table: names without imports, each backend imported on first lookup."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from engine.backends import BACKEND_PATHS, BACKENDS, BackendTable
+from engine.backends.base import Runtime
+
+
+def test_importing_config_and_engine_loads_no_backend():
+    probe = (
+        "import sys, config, engine; "
+        "print(sorted(m for m in sys.modules if m.startswith('engine.backends.')), 'onnxruntime' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "['engine.backends.autoselect', 'engine.backends.base'] False"
+
+
+def test_lookup_imports_the_named_class_once():
+    table = BackendTable(BACKEND_PATHS)
+    assert sorted(table) == ["aoti", "eager", "onnxruntime", "static", "torchscript"]
+    eager = table["eager"]
+    assert issubclass(eager, Runtime)
+    assert table["eager"] is eager is BACKENDS["eager"]
+    with pytest.raises(KeyError):
+        table["nope"]
