@@ -21,19 +21,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import torch
 
 from engine.backends.aoti_compile import Package, ensure_packages, examples_at
 from engine.backends.aoti_runners import INTERFACES, Caller, Shared
 from engine.backends.base import Runtime
+from engine.backends.parity import Tolerance, eager_outputs, first_mismatch, random_inputs
 from engine.errors import ConfigError, InvalidInput, ModelLoadError
-from engine.module import InferenceModule, flatten_outputs
+from engine.module import InferenceModule
 from engine.options import RuntimeOptions
 from engine.schema import Array
 from engine.threads import usable_cpus
-
-# Inductor's frozen, pre-packed kernels round differently from eager's.
-RTOL, ATOL = 1e-3, 1e-4
 
 
 @dataclass(frozen=True)
@@ -58,11 +55,7 @@ def _load(module: InferenceModule, options: RuntimeOptions, package: Package) ->
 
 
 def _check_parity(module: InferenceModule, package: Package, caller: Caller) -> None:
-    # Seeded random floats, not the (often all-zero) examples: zeros would let a package of
-    # another model with the same shapes and biases pass.
-    rng = np.random.default_rng(0)
-    examples = examples_at(module, package.batch_size).items()
-    inputs = {k: rng.standard_normal(a.shape).astype(a.dtype) if a.dtype.kind == "f" else a for k, a in examples}
+    inputs = random_inputs(examples_at(module, package.batch_size))
     try:
         for buffer, array in zip(caller.inputs, inputs.values(), strict=True):
             buffer[...] = array
@@ -71,28 +64,20 @@ def _check_parity(module: InferenceModule, package: Package, caller: Caller) -> 
         raise ModelLoadError(
             f"AOTInductor package {package.path} fails on inputs for {module.name!r}: {exc}; {_fix(package)}"
         ) from exc
-    with torch.inference_mode():
-        want = flatten_outputs(module.module(*(torch.from_numpy(a) for a in inputs.values())))
-    for spec, ours, theirs in zip(module.schema.outputs, got, want, strict=True):
-        expected = theirs.numpy()
-        same = ours.shape == expected.shape and ours.dtype == expected.dtype
-        if same:
-            same = bool(
-                np.allclose(ours, expected, rtol=RTOL, atol=ATOL)
-                if ours.dtype.kind == "f"
-                else (ours == expected).all()
-            )
-        if not same:
-            raise ModelLoadError(
-                f"AOTInductor package {package.path} disagrees with the eager model {module.name!r} on output "
-                f"{spec.name!r} (a package of another model or batch size?); {_fix(package)}"
-            )
+    names = [spec.name for spec in module.schema.outputs]
+    wrong = first_mismatch(names, got, eager_outputs(module, inputs), AotiRuntime.tolerance)
+    if wrong is not None:
+        raise ModelLoadError(
+            f"AOTInductor package {package.path} disagrees with the eager model {module.name!r} on output "
+            f"{wrong!r} (a package of another model or batch size?); {_fix(package)}"
+        )
 
 
 class AotiRuntime(Runtime):
     """One runtime: its own caller per compiled batch size and its own padded input buffers."""
 
     shared = ("packages", AotiArtifact)
+    tolerance = Tolerance(rtol=1e-3, atol=1e-4)  # Inductor's frozen, pre-packed kernels round differently
 
     def __init__(self, module: InferenceModule, options: RuntimeOptions, compiled: Any = None) -> None:
         super().__init__(module, options, compiled)

@@ -38,10 +38,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
-import torch
 
 from engine.backends import BACKENDS
 from engine.backends.base import Runtime
+from engine.backends.parity import eager_outputs, first_mismatch
 from engine.errors import ConfigError, EngineError, ModelLoadError
 from engine.module import InferenceModule
 from engine.options import AUTO_CANDIDATES, RuntimeOptions
@@ -58,7 +58,6 @@ candidates' scores differ by 1.6-4x on the built-in models, far beyond a round's
 MAX_CALLS = 200
 UNBATCHED_N = 8
 """The batch timed beside batch 1 when batching is off: requests that carry several samples."""
-RTOL, ATOL = 1e-3, 1e-5  # as loose as the loosest backend's own parity check (onnxruntime)
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 SCORE = (
     "us; batched models: batch-N us/sample with batching (N = max_batch_size), else the geometric mean of "
@@ -167,15 +166,10 @@ def _try(
     runtime = backend(module, options, compiled)
     runtime.warmup()
     got = runtime.run(inputs)
-    for name, want in reference.items():
-        ours = np.asarray(got[name])
-        same = ours.shape == want.shape and ours.dtype == want.dtype
-        if same and want.dtype.kind == "f":
-            same = bool(np.allclose(ours, want, rtol=RTOL, atol=ATOL))
-        elif same:
-            same = bool(np.array_equal(ours, want))
-        if not same:
-            raise ModelLoadError(f"its output {name!r} disagrees with eager PyTorch on the example inputs")
+    names = list(reference)
+    wrong = first_mismatch(names, [got[n] for n in names], list(reference.values()), backend.tolerance)
+    if wrong is not None:
+        raise ModelLoadError(f"its output {wrong!r} disagrees with eager PyTorch on the example inputs")
     return _Candidate(backend, compiled, runtime, seconds, list(caught))
 
 
@@ -200,9 +194,10 @@ def _timing_inputs(module: InferenceModule, options: RuntimeOptions) -> dict[int
 
 
 def _eager(module: InferenceModule, inputs: Mapping[str, Array]) -> dict[str, Array]:
-    tensors = [torch.from_numpy(inputs[spec.name]) for spec in module.schema.inputs]
-    with torch.inference_mode():
-        return module.outputs_by_name(module.module(*tensors))
+    names = [spec.name for spec in module.schema.outputs]
+    return dict(
+        zip(names, eager_outputs(module, {spec.name: inputs[spec.name] for spec in module.schema.inputs}), strict=True)
+    )
 
 
 def _time(

@@ -6,6 +6,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from engine.backends.parity import Tolerance
 from engine.module import InferenceModule
 from engine.options import RuntimeOptions
 from engine.schema import Array
@@ -22,6 +23,10 @@ class Runtime(ABC):
     shared: ClassVar[tuple[str, type] | None] = None
     """For backends with a shared artifact: its name in errors and its type. A runtime built
     without it would load its own (each runtime its own weights), so that is refused."""
+
+    tolerance: ClassVar[Tolerance] = Tolerance(rtol=1e-4, atol=1e-5)
+    """How far its float outputs may stray from eager PyTorch's in the parity checks
+    (engine.backends.parity): rounding of the same kernels by default."""
 
     threaded_artifact: ClassVar[bool] = False
     """The shared artifact starts threads of its own when ``intra_op_threads`` > 1 (an ORT

@@ -18,13 +18,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import torch
-
 from engine.backends.base import Runtime
 from engine.backends.onnx_export import KEY_METADATA, OnnxExport, Progress, ensure_export, require
+from engine.backends.parity import Tolerance, eager_outputs, first_mismatch
 from engine.errors import ModelLoadError
-from engine.module import InferenceModule, flatten_outputs
+from engine.module import InferenceModule
 from engine.options import RuntimeOptions
 from engine.schema import Array
 from engine.sources import load_model
@@ -57,19 +55,12 @@ def check_parity(module: InferenceModule, session: Any) -> None:
     something else (a silently specialised shape, a wrong op) fails at load, not in traffic."""
     names = [s.name for s in module.schema.outputs]
     got = session.run(names, dict(module.example_inputs))
-    with torch.inference_mode():
-        want = flatten_outputs(module.module(*(torch.from_numpy(a) for a in module.example_inputs.values())))
-    for name, ours, theirs in zip(names, got, want, strict=True):
-        expected = theirs.numpy()
-        same = ours.shape == expected.shape and ours.dtype == expected.dtype
-        if same and expected.dtype.kind == "f":
-            same = bool(np.allclose(ours, expected, rtol=1e-3, atol=1e-5))
-        if not same:
-            raise ModelLoadError(
-                f"the ONNX export of {module.name!r} disagrees with the eager model on output {name!r} "
-                f"(got {ours.dtype}{list(ours.shape)}, expected {expected.dtype}{list(expected.shape)}); "
-                "use backend 'eager'"
-            )
+    wrong = first_mismatch(names, got, eager_outputs(module, module.example_inputs), OnnxRuntime.tolerance)
+    if wrong is not None:
+        raise ModelLoadError(
+            f"the ONNX export of {module.name!r} disagrees with the eager model on output {wrong!r}; "
+            "use backend 'eager'"
+        )
 
 
 def _checked_session(module: InferenceModule, options: RuntimeOptions, exported: OnnxExport) -> Any:
@@ -123,6 +114,7 @@ class OnnxRuntime(Runtime):
 
     shared = ("session", object)
     threaded_artifact = True
+    tolerance = Tolerance(rtol=1e-3, atol=1e-5)  # ORT fuses and reorders float ops
 
     def __init__(self, module: InferenceModule, options: RuntimeOptions, compiled: Any = None) -> None:
         super().__init__(module, options, compiled)

@@ -30,24 +30,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-import torch
-
 from engine.backends.base import Runtime
+from engine.backends.parity import Tolerance, eager_outputs, first_mismatch
 from engine.backends.static_codegen import EXECUTORS, Program, managed_nodes
 from engine.backends.static_memory import Buffers
 from engine.backends.static_plan import Plan, build_plan, export
 from engine.errors import ModelLoadError
-from engine.module import InferenceModule, flatten_outputs
+from engine.module import InferenceModule
 from engine.options import RuntimeOptions
 from engine.schema import Array
 
 BUFFER_SETS = 4
 """Input shapes whose buffers a runtime keeps (least recently used dropped): batching and
 length buckets produce a few recurring shapes; more would only hold idle memory."""
-# The same ATen kernels as eager, but max_pool2d in another layout and relu_ in place: equal to
-# float rounding at most, checked as loosely as the onnxruntime backend's parity check.
-RTOL, ATOL = 1e-4, 1e-5
 
 
 @dataclass(frozen=True)
@@ -81,25 +76,21 @@ def check_parity(module: InferenceModule, plan: Plan, program: Program, mode: st
     examples = module.example_inputs
     sizes = [examples[name].shape for name, _ in plan.inputs]
     got = program.forward(examples, Buffers(plan, program.managed, sizes, share=True).tensors)
-    with torch.inference_mode():
-        want = flatten_outputs(module.module(*(torch.from_numpy(a) for a in examples.values())))
-    for spec, expected in zip(module.schema.outputs, want, strict=True):
-        ours, theirs = got[spec.name], expected.numpy()
-        same = ours.shape == theirs.shape and ours.dtype == theirs.dtype
-        if same:
-            close = theirs.dtype.kind == "f" and np.allclose(ours, theirs, rtol=RTOL, atol=ATOL)
-            same = bool(close or np.array_equal(ours, theirs))
-        if not same:
-            raise ModelLoadError(
-                f"backend 'static' ({mode}) disagrees with the eager model {module.name!r} on output "
-                f"{spec.name!r}; use backend 'eager'"
-            )
+    names = [spec.name for spec in module.schema.outputs]
+    wrong = first_mismatch(names, [got[n] for n in names], eager_outputs(module, examples), StaticRuntime.tolerance)
+    if wrong is not None:
+        raise ModelLoadError(
+            f"backend 'static' ({mode}) disagrees with the eager model {module.name!r} on output {wrong!r}; "
+            "use backend 'eager'"
+        )
 
 
 class StaticRuntime(Runtime):
     """Runs the shared :class:`StaticModel` with this runtime's own buffers."""
 
     shared = ("plan", StaticModel)
+    # The same ATen kernels as eager, but max_pool2d in another layout and relu_ in place.
+    tolerance = Tolerance(rtol=1e-4, atol=1e-5)
 
     def __init__(
         self, module: InferenceModule, options: RuntimeOptions, compiled: Any = None, *, executor: str = "codegen"

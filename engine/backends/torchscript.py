@@ -34,6 +34,7 @@ import torch
 from torch.jit._trace import TracerWarning
 
 from engine.backends.base import Runtime
+from engine.backends.parity import Tolerance, eager_outputs, first_mismatch, random_inputs
 from engine.errors import ModelLoadError
 from engine.module import InferenceModule, flatten_outputs
 from engine.options import RuntimeOptions
@@ -46,8 +47,6 @@ DEPRECATION = (
     "backend 'torchscript' runs TorchScript, which PyTorch has deprecated and will remove; re-export the "
     "model with torch.export (serve the .pt2 or a factory) and use backend 'onnxruntime' or 'auto'"
 )
-# Static Runtime runs the same ATen kernels as eager, but may pick fused or out= variants.
-RTOL, ATOL = 1e-4, 1e-6
 
 
 @dataclass(frozen=True)
@@ -87,28 +86,25 @@ def _batch(module: InferenceModule, size: int) -> dict[str, Array]:
 def _check_parity(module: InferenceModule, static: Any, origin: str, tracer_warnings: list[str]) -> None:
     """Compare with the eager module at two batch sizes, so that a trace specialised to one
     shape fails at load, not in traffic."""
-    rng = np.random.default_rng(0)
+    names = [spec.name for spec in module.schema.outputs]
     for size in (1, 3):
-        # Random floats: zeros (what most example inputs are) hide a trace's data dependence.
-        batch = _batch(module, size)
-        arrays = [rng.standard_normal(a.shape).astype(a.dtype) if a.dtype.kind == "f" else a for a in batch.values()]
-        tensors = [torch.from_numpy(a) for a in arrays]
-        with torch.inference_mode():
-            want = flatten_outputs(module.module(*tensors))
-        got = flatten_outputs(static(*tensors))
-        for spec, ours, theirs in zip(module.schema.outputs, got, want, strict=True):
-            if ours.shape != theirs.shape or ours.dtype != theirs.dtype or not torch.allclose(ours, theirs, RTOL, ATOL):
-                hint = f" (the tracer warned: {'; '.join(tracer_warnings)})" if tracer_warnings else ""
-                raise ModelLoadError(
-                    f"the {origin} TorchScript of {module.name!r} disagrees with the eager model on output "
-                    f"{spec.name!r} at batch {size}{hint}; use backend 'eager'"
-                )
+        batch = random_inputs(_batch(module, size))
+        got = [t.detach().numpy() for t in flatten_outputs(static(*(torch.from_numpy(a) for a in batch.values())))]
+        wrong = first_mismatch(names, got, eager_outputs(module, batch), TorchScriptRuntime.tolerance)
+        if wrong is not None:
+            hint = f" (the tracer warned: {'; '.join(tracer_warnings)})" if tracer_warnings else ""
+            raise ModelLoadError(
+                f"the {origin} TorchScript of {module.name!r} disagrees with the eager model on output "
+                f"{wrong!r} at batch {size}{hint}; use backend 'eager'"
+            )
 
 
 class TorchScriptRuntime(Runtime):
     """Calls the shared StaticModule built by :meth:`compile`."""
 
     shared = ("module", StaticArtifact)
+    # Static Runtime runs the same ATen kernels as eager, but may pick fused or out= variants.
+    tolerance = Tolerance(rtol=1e-4, atol=1e-6)
 
     def __init__(self, module: InferenceModule, options: RuntimeOptions, compiled: Any = None) -> None:
         super().__init__(module, options, compiled)
