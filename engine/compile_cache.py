@@ -15,7 +15,7 @@ import os
 import platform
 import re
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 
 import torch
@@ -57,9 +57,13 @@ def content_key(parts: Iterable[bytes | memoryview | str]) -> str:
 
 
 def tensor_parts(program: torch.export.ExportedProgram) -> Iterator[memoryview | str]:
-    """Key parts for an exported program's every weight, buffer and constant: name, dtype, shape
-    and bytes (viewed, not copied: a copy would add the largest weight to the peak RSS)."""
-    values = {**program.state_dict, **program.constants}
+    """Key parts for an exported program's every weight, buffer and constant."""
+    return named_value_parts({**program.state_dict, **program.constants})
+
+
+def named_value_parts(values: Mapping[str, object]) -> Iterator[memoryview | str]:
+    """Key parts for named tensors (and other values): name, dtype, shape and bytes (viewed, not
+    copied: a copy would add the largest weight to the peak RSS)."""
     for name in sorted(values):
         value = values[name]
         if isinstance(value, torch.Tensor):

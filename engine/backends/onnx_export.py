@@ -2,16 +2,19 @@
 loads the file instead of exporting again (the export is most of onnxruntime's start: ~7 s of
 MiniLM's, against ~0.2 s to build a session from the file).
 
-The model goes through ``torch.export`` first; the cache key covers that graph and every
-weight's bytes (as for the AOTInductor packages), the exporter's options, the versions of
-torch, onnx, onnxscript and onnxruntime, and the machine. A miss converts the same program
-(it is not exported twice). The key is also written into the file's metadata, so that a file
-renamed or copied under another key is noticed, not served.
+The cache key covers what defines the model without exporting it (its module classes' source,
+its weights and buffers, its schema; see ``source_key``), the exporter's options, the versions
+of torch, onnx, onnxscript and onnxruntime, and the machine; for a model whose code cannot be
+read, the ``torch.export`` graph instead (as for the AOTInductor packages). A warm start
+therefore neither exports nor traces; the parity check against eager still runs. The key is
+also written into the file's metadata, so that a file renamed or copied under another key is
+noticed, not served.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import logging
 import time
 import warnings
@@ -26,7 +29,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from engine.compile_cache import artifact_path, cache_dir, content_key, tensor_parts, write_atomically
+from engine.compile_cache import (
+    artifact_path,
+    cache_dir,
+    content_key,
+    named_value_parts,
+    tensor_parts,
+    write_atomically,
+)
 from engine.errors import ModelLoadError
 from engine.module import InferenceModule
 from engine.options import RuntimeOptions
@@ -126,9 +136,36 @@ def _versions() -> str:
 
 
 def export_key(module: InferenceModule, program: torch.export.ExportedProgram) -> str:
+    """The key from the exported graph: for models whose code cannot be read (see source_key)."""
     names = [s.name for s in module.schema.inputs + module.schema.outputs]  # the file's input/output names
     parts = [str(program.graph), EXPORTER, f"optimize={OPTIMIZE}", repr(names), _versions()]
     return content_key([*parts, *tensor_parts(program)])
+
+
+def _class_source(kind: type) -> str:
+    return inspect.getsource(kind)
+
+
+def source_key(module: InferenceModule) -> str | None:
+    """The key from what defines the model without exporting it: the source of every module
+    class in it (or the generated code of a graph module), its weights and buffers, its schema,
+    the exporter and the versions. ``torch.export`` alone takes 2-3 s and 60-90 MB on MiniLM,
+    so a warm start that needed the graph for its key could never be quick. What this key cannot
+    see (a helper function the forward calls, changed in place) the parity check against eager,
+    run on every start, catches on the example inputs. None when some class's source is not
+    available (then the exported graph is the key)."""
+    code = []
+    for sub in module.module.modules():
+        kind = type(sub)
+        generated = getattr(sub, "code", None)  # torch.fx.GraphModule: its code is generated
+        try:
+            text = generated if isinstance(generated, str) else _class_source(kind)
+        except (OSError, TypeError):
+            return None
+        code.append(f"{kind.__module__}.{kind.__qualname__}\n{text}")
+    specs = [repr(spec) for spec in module.schema.inputs + module.schema.outputs]
+    parts = ["source", EXPORTER, f"optimize={OPTIMIZE}", *specs, _versions(), *code]
+    return content_key([*parts, *named_value_parts(module.module.state_dict())])
 
 
 def to_onnx(module: InferenceModule, program: torch.export.ExportedProgram, key: str) -> bytes:
@@ -167,12 +204,15 @@ def ensure_export(
 ) -> OnnxExport:
     """The model's ONNX file: from the cache, or exported now and cached (``rebuild``: exported
     even if a file is there, which is then replaced)."""
-    program = export_program(module)
-    key = export_key(module, program)
+    key, program = source_key(module), None
+    if key is None:
+        program = export_program(module)
+        key = export_key(module, program)
     path = artifact_path(cache_dir(options.compile_cache_dir), module.name, key, SUFFIX)
     if path.is_file() and not rebuild:
         progress(f"{module.name!r}: cached ONNX export {path}")
         return OnnxExport(path, key)
+    program = program or export_program(module)
     progress(f"{module.name!r}: exporting to ONNX ...")
     started = time.perf_counter()
     model = to_onnx(module, program, key)

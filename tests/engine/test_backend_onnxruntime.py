@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from engine import BACKENDS, InferenceModule, ModelLoadError, RuntimeOptions, ServedModel, load_model
-from engine.backends.onnx_export import export_key, export_program
+from engine.backends.onnx_export import export_key, export_program, source_key
 from engine.backends.onnxruntime import OnnxRuntime, load_session
 from engine.threads import ThreadPlan
 
@@ -128,9 +128,10 @@ def cached_options(cache, **more) -> RuntimeOptions:
 
 def no_export(monkeypatch) -> None:
     def exporter(*args, **kwargs):
-        raise AssertionError("the ONNX exporter ran on a warm start")
+        raise AssertionError("the ONNX exporter or torch.export ran on a warm start")
 
     monkeypatch.setattr(torch.onnx, "export", exporter)
+    monkeypatch.setattr(torch.export, "export", exporter)  # a warm start does not even trace
 
 
 def cached_file(cache) -> Path:
@@ -159,6 +160,19 @@ def test_the_key_covers_the_weights(digits_module, tmp_path):
         next(spec.module.parameters())[0] += 1.0
     changed = InferenceModule.from_spec(spec)
     assert export_key(changed, export_program(changed)) != export_key(digits_module, export_program(digits_module))
+    assert source_key(changed) != source_key(digits_module)
+
+
+def test_a_model_whose_source_cannot_be_read_is_keyed_by_its_exported_graph(digits_module, tmp_path, monkeypatch):
+    import engine.backends.onnx_export as onnx_export
+
+    def unreadable(kind: type) -> str:
+        raise OSError("could not get source code")  # as for a class defined in a REPL
+
+    monkeypatch.setattr(onnx_export, "_class_source", unreadable)
+    assert source_key(digits_module) is None
+    _, exported = load_session(digits_module, cached_options(tmp_path))
+    assert exported.key == export_key(digits_module, export_program(digits_module))
 
 
 def test_a_corrupt_cached_file_is_rebuilt_with_a_warning_naming_it(digits_module, tmp_path, caplog):
