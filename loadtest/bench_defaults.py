@@ -24,7 +24,7 @@ from engine.module import InferenceModule
 from engine.sources import load_model
 from engine.threads import apply_thread_plan, plan_threads
 
-MODELS = {"digits": "engine.zoo.digits:build", "mlp": "engine.zoo.mlp:build"}
+MODELS = {"digits": "engine.zoo.digits:build", "mlp": "engine.zoo.mlp:build", "minilm": "engine.zoo.minilm:build"}
 
 
 def choose(model: str, backend: str = "auto") -> dict[str, object]:

@@ -17,18 +17,19 @@ def affine() -> ModelSpec:
 
 
 class Wide(torch.nn.Module):
-    """64 MB of float32 weights and a cheap forward: for tests of how processes share memory."""
+    """128 MB of float32 weights and a cheap forward: for tests of how processes share memory
+    (twice a serving process's own heap, so that a copied set of weights cannot hide in it)."""
 
     def __init__(self) -> None:
         super().__init__()
         torch.manual_seed(0)
-        self.layers = torch.nn.Sequential(*(torch.nn.Linear(2048, 2048) for _ in range(4)))
+        self.layers = torch.nn.Sequential(*(torch.nn.Linear(2048, 2048) for _ in range(8)))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.layers(x)
 
 
-WIDE_WEIGHT_BYTES = 4 * (2048 * 2048 + 2048) * 4
+WIDE_WEIGHT_BYTES = 8 * (2048 * 2048 + 2048) * 4
 
 
 def wide() -> ModelSpec:
