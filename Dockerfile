@@ -46,6 +46,7 @@ COPY pyproject.toml README.md ./
 COPY engine/ engine/
 COPY service/ service/
 COPY config/ config/
+COPY cli/ cli/
 # A regular (non-editable) install: the packages, the committed digits weights and
 # default.toml go into the venv's site-packages; the source tree stays in this stage.
 RUN pip install .

@@ -104,7 +104,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-SERVE = ("-m", "service.cli", "serve")
+SERVE = ("-m", "cli.main", "serve")
 REFERENCE = ("-m", "service.bench_reference")  # the bare ASGI app the bench compares with
 
 

@@ -30,7 +30,7 @@ def test_first_mismatch_names_the_output():
 
 
 def test_random_inputs_replace_floats_only_and_are_seeded():
-    inputs = {"x": np.zeros((2, 3), np.float32), "ids": np.arange(4)}
+    inputs: dict[str, np.ndarray] = {"x": np.zeros((2, 3), np.float32), "ids": np.arange(4)}
     first, again = random_inputs(inputs), random_inputs(inputs)
     assert first["x"].dtype == np.float32
     assert first["x"].std() > 0.1

@@ -11,8 +11,8 @@ import torch
 
 from engine.backends import aoti_compile
 from engine.options import RuntimeOptions
-from service.cli import main
-from service.compile_command import artifacts
+from cli.main import main
+from cli.compile import artifacts
 
 
 @pytest.fixture

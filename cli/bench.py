@@ -30,16 +30,15 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import uvloop
-from pydantic import ValidationError
 
-from config import Settings, error_lines, load_settings
+from cli.argv import config_argument, refuse, settings_from_argv
+from cli.bench_report import format_table, summarize
+from config import Settings
 from engine import ConfigError, EngineError, ServedModel
 from service.bench_client import REFERENCE, KeepAlive, json_request, serve_subprocess, v2_binary_request
-from service.bench_report import format_table, summarize
 from service.host import plans, sized
 
 REFERENCE_PHASE = "bare_asgi"  # reported apart from the server's own phases
@@ -67,7 +66,7 @@ def bench_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="inferpool bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--config", type=Path, help="TOML config file (default: config/default.toml)")
+    config_argument(parser)
     parser.add_argument("--count", type=int, default=2000, help="calls per phase, over all rounds (default 2000)")
     parser.add_argument("--seconds", type=float, default=30.0, help="most seconds of timing in all (default 30)")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
@@ -78,12 +77,13 @@ def bench_main(argv: list[str]) -> int:
     args, rest = parser.parse_known_args(argv)
     if args.count < 1 or args.rounds < 1 or args.seconds <= 0 or args.warmup < 0:
         parser.error("--count and --rounds must be at least 1, --seconds positive, --warmup 0 or more")
+    settings = settings_from_argv("inferpool bench", args, rest, sized)  # split the CPUs as serve will
+    if isinstance(settings, int):
+        return settings
     try:
-        settings = sized(load_settings(args.config, rest))  # split the CPUs as serve will
         inputs = None if args.inputs is None else json.loads(args.inputs)
-    except (ValidationError, ConfigError, FileNotFoundError, json.JSONDecodeError) as exc:
-        for line in error_lines(exc):
-            print(f"inferpool bench: invalid configuration: {line}", file=sys.stderr)
+    except json.JSONDecodeError as exc:
+        refuse("inferpool bench", exc)
         return 2
     serve_args = ([] if args.config is None else ["--config", str(args.config)]) + rest
     limits = Limits(args.count, args.seconds, args.rounds, args.warmup, args.ready_timeout)

@@ -17,9 +17,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from pydantic import ValidationError
-
-from config import error_lines, load_settings
+from cli.argv import config_argument, settings_from_argv
 from engine import ConfigError, ModelLoadError
 from engine.compile_cache import cache_dir
 from engine.options import AUTO_CANDIDATES, RuntimeOptions
@@ -66,7 +64,7 @@ def compile_main(argv: list[str]) -> int:
         "exports, as the configured backend reads them. Takes the settings `inferpool serve` takes (see "
         "`inferpool serve --help`); serve with the same ones.",
     )
-    parser.add_argument("--config", type=Path, help="TOML config file (default: config/default.toml)")
+    config_argument(parser)
     parser.add_argument(
         "--prepare",
         action="append",
@@ -75,13 +73,10 @@ def compile_main(argv: list[str]) -> int:
         "and aoti when auto_backends lists it; any other backend but onnxruntime: aoti)",
     )
     args, rest = parser.parse_known_args(argv)
-    try:
-        settings = load_settings(args.config, rest)
-        models = plans(settings)
-    except (ValidationError, ConfigError, FileNotFoundError) as exc:
-        for line in error_lines(exc):
-            print(f"inferpool compile: invalid configuration: {line}", file=sys.stderr)
-        return 2
+    settings = settings_from_argv("inferpool compile", args, rest)
+    if isinstance(settings, int):
+        return settings
+    models = plans(settings)
     started = time.perf_counter()
 
     def progress(message: str) -> None:

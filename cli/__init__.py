@@ -1,0 +1,1 @@
+"""``inferpool COMMAND``: serve, compile, bench. Each command module takes its argv."""

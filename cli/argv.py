@@ -1,0 +1,37 @@
+"""The settings every command takes, from its command line: one parser, one error format."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from config import Settings, error_lines, load_settings
+from engine import ConfigError
+
+CONFIG_HELP = "TOML config file (default: config/default.toml)"
+SETTINGS_ERRORS = (ValidationError, ConfigError, FileNotFoundError, ValueError)
+
+
+def config_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", type=Path, help=CONFIG_HELP)
+
+
+def settings_from_argv(
+    prog: str, args: argparse.Namespace, rest: Sequence[str], then: Callable[[Settings], Settings] = lambda s: s
+) -> Settings | int:
+    """``serve``'s settings from ``--config`` and the remaining flags, passed through ``then``
+    (a check or a sizing); on a bad value, one line per problem on stderr and exit status 2."""
+    try:
+        return then(load_settings(args.config, list(rest)))
+    except SETTINGS_ERRORS as exc:
+        refuse(prog, exc)
+        return 2
+
+
+def refuse(prog: str, exc: Exception) -> None:
+    for line in error_lines(exc):
+        print(f"{prog}: invalid configuration: {line}", file=sys.stderr)
