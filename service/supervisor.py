@@ -64,6 +64,10 @@ class Supervisor:
         log.info("listening on http://%s:%d", self.settings.host, self.settings.port)
         log.info("effective config: %s", self.settings.model_dump_json())
         host = ModelHost(self.settings)
+        # Ctrl-C while loading stops the process at once, as SIGTERM does: nothing to drain yet,
+        # and a KeyboardInterrupt raised inside an exporter or a probe thread can be swallowed.
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not if inherited as ignored
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
         standby = Standby(listener, "loading")
         try:
             host.preload()
