@@ -15,8 +15,8 @@ Every response is classified against the status its kind expects. A different st
 ``{"error": ...}`` body, or a 200 with a wrong answer (each image's label is learned in the
 warm-up; a mismatch would mean answers crossed between requests) is a failure.
 
-The server process's RSS (``/proc/PID/status`` VmRSS), thread count (``/proc/PID/task``) and
-open file descriptors (``/proc/PID/fd``) are sampled after the warm-up and every
+The server's RSS (``/proc/PID/status`` VmRSS), thread count (``/proc/PID/task``) and open file
+descriptors (``/proc/PID/fd``), each summed over its process tree, are sampled after the warm-up and every
 ``--sample-every`` seconds; the end figure is the median of the last three samples, taken
 while the clients still run (so both ends see the same open connections). Prints a JSON
 summary; exits 1 if any response was unexpected.
@@ -25,6 +25,7 @@ summary; exits 1 if any response was unexpected.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -41,6 +42,7 @@ from typing import Any
 import httpx2
 import numpy as np
 
+from loadtest.procs import tree, tree_rss_bytes
 from loadtest.server import Server, run_server, wait_ready
 
 MAX_BODY_BYTES = 65_536
@@ -225,10 +227,14 @@ def check(call: Call, response: httpx2.Response, labels: dict[int, int]) -> str 
 
 
 def sample(pid: int) -> dict[str, int]:
-    proc = Path(f"/proc/{pid}")
-    status = (proc / "status").read_text()
-    rss = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:"))
-    return {"rss_kb": rss, "threads": len(os.listdir(proc / "task")), "fds": len(os.listdir(proc / "fd"))}
+    """RSS, threads and open file descriptors summed over the server's process tree (the
+    supervisor and every serving process it forked)."""
+    threads = fds = 0
+    for member in tree(pid):
+        with contextlib.suppress(OSError):  # a process that exited meanwhile
+            threads += len(os.listdir(f"/proc/{member}/task"))
+            fds += len(os.listdir(f"/proc/{member}/fd"))
+    return {"rss_kb": tree_rss_bytes(pid) // 1024, "threads": threads, "fds": fds}
 
 
 @dataclass

@@ -39,7 +39,7 @@ def _announce(model: EngineClient, metrics: Metrics, version: str) -> None:
 
 def create_app(settings: Settings, host: ModelHost | None = None) -> FastAPI:
     """The app; ``host`` is one the supervisor already loaded (service.supervisor)."""
-    metrics = Metrics(tuple(settings.latency_buckets)) if settings.latency_buckets else Metrics()
+    metrics = Metrics.for_settings(settings)
     version = _version()
     activity = Activity()
 

@@ -25,11 +25,15 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest, multiprocess
 
 from engine import EngineClient
 from service.metric_slots import Child, Family, SlotCollector, SlotFile, bounds_of, observe
+
+if TYPE_CHECKING:  # config imports torch; the service only reads the settings it is given
+    from config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +47,9 @@ FAST_BUCKETS = (0.000005, 0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0
 REFRESH_SECONDS = 0.25
 SERVER_TIMING = "decode;dur=%.3f, queue;dur=%.3f, batch;dur=%.3f, inference;dur=%.3f, encode;dur=%.3f, total;dur=%.3f"
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+# End-to-end durations past the default deadline: multiples of request_timeout_ms, so that
+# requests that ran into it (504s, slow clients) land in buckets rather than all in +Inf.
+BEYOND_TIMEOUT = (1.0, 2.0, 5.0)
 # Refusals that protect the service (the client should retry elsewhere or later), as opposed
 # to failures (the request itself or the model is at fault).
 REJECTION_REASONS = frozenset(
@@ -54,11 +61,34 @@ def multiprocess_dir() -> str | None:
     return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
 
 
+def batch_buckets(max_samples: int) -> tuple[float, ...]:
+    """Powers of two up to the first that holds ``max_samples``: the largest model call."""
+    buckets = [1.0]
+    while buckets[-1] < max_samples:
+        buckets.append(buckets[-1] * 2)
+    return tuple(buckets)
+
+
+def duration_buckets(latency_buckets: tuple[float, ...], timeout_ms: float) -> tuple[float, ...]:
+    """The latency buckets, extended to multiples of the deadline when it lies beyond them."""
+    top = latency_buckets[-1] if latency_buckets else 0.0
+    return (*latency_buckets, *(b for k in BEYOND_TIMEOUT if (b := k * timeout_ms / 1e3) > top))
+
+
 class Metrics:
-    def __init__(self, latency_buckets: tuple[float, ...] = LATENCY_BUCKETS) -> None:
+    def __init__(
+        self,
+        latency_buckets: tuple[float, ...] = LATENCY_BUCKETS,
+        *,
+        max_samples: int | None = None,
+        timeout_ms: float = 0.0,
+    ) -> None:
+        """``max_samples``: the most samples a model call can have (batch_size's buckets reach
+        it); ``timeout_ms``: the default deadline (request durations get buckets past it)."""
         self.registry = r = CollectorRegistry()
         self._lock = threading.Lock()
         latency, fast = bounds_of(latency_buckets), bounds_of(FAST_BUCKETS)
+        batch = bounds_of(BATCH_BUCKETS if max_samples is None else batch_buckets(max_samples))
 
         def phase(name: str, doc: str, bounds: tuple[float, ...] = latency) -> Family:
             return Family(name, doc, ("model",), bounds)
@@ -69,7 +99,8 @@ class Metrics:
         route_doc = "HTTP requests answered, by route template and status code."
         self.requests = Family("inferpool_requests", route_doc, ("route", "status"))
         end_to_end = "End to end: request received to response sent."
-        self.request_seconds = Family("inferpool_request_duration_seconds", end_to_end, ("route",), latency)
+        durations = bounds_of(duration_buckets(latency_buckets, timeout_ms))
+        self.request_seconds = Family("inferpool_request_duration_seconds", end_to_end, ("route",), durations)
         # In the order observe_inference unpacks them.
         self._model_families = (
             phase("inferpool_decode_seconds", "Reading and parsing the body and checking it against the schema.", fast),
@@ -78,7 +109,7 @@ class Metrics:
             phase("inferpool_inference_seconds", "Borrowing a runtime and running the model."),
             phase("inferpool_encode_seconds", "Encoding the response body.", fast),
             phase("inferpool_server_overhead_seconds", "End to end minus inference: what the server itself costs."),
-            phase("inferpool_batch_size", "Samples per model call.", bounds_of(BATCH_BUCKETS)),
+            phase("inferpool_batch_size", "Samples per model call.", batch),
         )
         reject_doc = "Requests refused to protect the service, by reason."
         self.rejections = Family("inferpool_rejections", reject_doc, ("reason",))
@@ -115,6 +146,15 @@ class Metrics:
         self._door: Callable[[], tuple[int, int | None]] | None = None
         info_labels = ("version", "model", "backend", "dispatch", "torch_version")
         self.info = gauge("inferpool_build_info", "Always 1; the labels say what is serving.", "max", info_labels)
+
+    @classmethod
+    def for_settings(cls, settings: Settings) -> Metrics:
+        """Buckets for this configuration: its latency buckets, batch sizes up to the largest
+        call any model can make, request durations past its default deadline."""
+        runtimes = [settings.runtime, *(entry.runtime for entry in settings.models if entry.runtime is not None)]
+        max_samples = max(max(o.max_request_samples, o.max_batch_size) for o in runtimes)
+        latency = tuple(settings.latency_buckets) if settings.latency_buckets else LATENCY_BUCKETS
+        return cls(latency, max_samples=max_samples, timeout_ms=settings.request_timeout_ms)
 
     def _child(self, family: Family, values: tuple[str, ...]) -> Child:
         """A label set's slots, made on first sight (bounded: configured models, route

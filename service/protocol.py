@@ -10,7 +10,9 @@ a task forever. Here:
 - while a body is being read, no gap between two reads may exceed ``read_timeout``, else the
   connection closes (the route sees the client leave: counted 499, not a server error);
 - beyond ``max_connections`` open connections, a new one gets a 503 with ``Retry-After`` and
-  is closed at once, before anything of it is parsed.
+  is closed at once, before anything of it is parsed;
+- a request the HTTP parser rejects (a malformed ``Content-Length``, a broken request line)
+  gets its 400 as JSON, like every other error, not uvicorn's plain text.
 """
 
 from __future__ import annotations
@@ -31,6 +33,12 @@ def _answer(status: bytes, message: str, retry_after: bool) -> bytes:
 def guarded_protocol(read_timeout: float, max_connections: int) -> type[asyncio.Protocol]:
     timed_out = _answer(b"408 Request Timeout", f"the request did not arrive within {read_timeout:g}s", False)
     full = _answer(b"503 Service Unavailable", f"over {max_connections} open connections; retry later", True)
+    malformed = _answer(
+        b"400 Bad Request",
+        "malformed HTTP request: the request line or a header (such as Content-Length: ASCII digits only) "
+        "could not be parsed",
+        False,
+    )
 
     class GuardedHttpTools(HttpToolsProtocol):
         _deadline: asyncio.TimerHandle | None = None
@@ -65,6 +73,12 @@ def guarded_protocol(read_timeout: float, max_connections: int) -> type[asyncio.
         def on_message_complete(self) -> None:
             self._disarm()  # the request is in; uvicorn's keep-alive timer takes over after it
             super().on_message_complete()
+
+        def send_400_response(self, msg: str) -> None:
+            self._disarm()
+            # uvicorn's parser error carries no detail worth more than naming where to look.
+            self.transport.write(malformed)
+            self.transport.close()
 
         def _arm(self) -> None:
             self._disarm()

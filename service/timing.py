@@ -5,6 +5,7 @@ compute the server's own overhead)."""
 from __future__ import annotations
 
 import math
+import re
 import time
 
 from starlette.types import Scope
@@ -15,20 +16,25 @@ from service.metrics import Inference, Metrics
 from service.middleware import INFERENCE, STARTED
 
 TIMEOUT_HEADER = b"x-request-timeout-ms"
+# A JSON number without a sign, in ASCII: float() alone would also take " 5", "+5", "1_000",
+# "nan" and non-ASCII digits, none of which a client means as a timeout.
+_TIMEOUT_SYNTAX = re.compile(rb"[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 
 
-def deadline(header: bytes | None, default_ms: float, override_ms: object = None) -> float | None:
+def deadline(header: bytes | None, default_ms: float, override_ms: float | None = None) -> float | None:
     """Absolute ``time.monotonic()`` deadline: the request's own timeout (the v2 parameter,
     else the X-Request-Timeout-Ms header), else the default."""
-    given = override_ms if override_ms is not None else (None if header is None else header.decode("latin-1"))
-    if given is None:
+    given: object
+    if override_ms is not None:
+        given, what, ms = override_ms, "request timeout", override_ms
+    elif header is not None:
+        given, what = header.decode("latin-1"), "X-Request-Timeout-Ms"
+        ms = float(header) if _TIMEOUT_SYNTAX.fullmatch(header) else math.nan
+    else:
         return time.monotonic() + default_ms / 1e3 if default_ms else None
-    try:
-        ms = float(given)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        ms = math.nan
     if not ms > 0 or math.isinf(ms):
-        raise ApiError(400, f"request timeout {given!r} must be a positive number of milliseconds", "invalid_input")
+        message = f"{what} {given!r} must be a positive number of milliseconds, like 250 or 0.5"
+        raise ApiError(400, message, "invalid_input")
     return time.monotonic() + ms / 1e3
 
 

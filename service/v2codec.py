@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 import orjson
@@ -36,10 +36,34 @@ V2_TYPES = {numpy: v2 for v2, numpy in DATATYPES.items()} | {"object": "BYTES"}
 _V2_OF_DTYPE = {np.dtype(numpy): v2 for numpy, v2 in V2_TYPES.items()}
 _LITTLE = {v2: np.dtype(numpy).newbyteorder("<") for v2, numpy in DATATYPES.items()}
 _LENGTH = np.dtype("<u4")
+# The kinds of JSON data (as numpy infers them) each datatype's kind takes: JSON numbers widen
+# to floats, but nothing else is cast (Triton refuses true for FP32 and 1.5 for INT64 alike).
+_JSON_KINDS = {"f": "fiu", "i": "iu", "u": "iu", "b": "b"}
+_JSON_NAMES = {"f": "numbers", "i": "integers", "u": "non-negative integers", "b": "booleans"}
+# orjson reads integers beyond 64 bits as floats, hence "or beyond 64 bits".
+_LEAF_KINDS = {"b": "booleans", "f": "numbers with a fraction, an exponent or beyond 64 bits", "i": "integers"}
+_JSON_TYPES = {
+    bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list", dict: "an object",
+}  # fmt: skip
+# Longer than any length a body can have: int() of a longer digit string is refused (or slow).
+_MAX_LENGTH_DIGITS = 19
 
 
 def bad(message: str) -> ApiError:
     return ApiError(400, message, "invalid_input")
+
+
+@dataclass(frozen=True, slots=True)
+class TensorMeta:
+    """What the model's v2 metadata declares of one input: a request's must match it."""
+
+    datatype: str
+    shape: tuple[int, ...]
+    """-1 for a variable dimension."""
+
+    @classmethod
+    def table(cls, tensors: list[dict[str, Any]]) -> dict[str, TensorMeta]:
+        return {t["name"]: cls(t["datatype"], tuple(t["shape"])) for t in tensors}
 
 
 @dataclass
@@ -50,12 +74,21 @@ class InferRequest:
     outputs: dict[str, bool] | None = None
     """Requested outputs -> binary? ``None`` = all outputs."""
     binary_output: bool = False
+    timeout_ms: float | None = None
+    """The "timeout" parameter (sent in µs, as Triton's clients do)."""
 
 
-def parse_request(body: bytearray, header_length: str | None) -> InferRequest:
+def parse_request(
+    body: bytearray, header_length: str | None, expected: Mapping[str, TensorMeta] | None = None
+) -> InferRequest:
+    """``expected``: the model's inputs (metadata); an input of another datatype or shape is
+    refused, as Triton does, instead of being cast. Inputs it does not name are left to the
+    engine, which names every input the model takes."""
     json_end = len(body)
     if header_length is not None:
-        if not header_length.isdigit() or int(header_length) > len(body):
+        # ASCII digits only: str.isdigit() also takes "²" and other digits int() refuses.
+        digits = header_length.isascii() and header_length.isdigit() and len(header_length) <= _MAX_LENGTH_DIGITS
+        if not digits or int(header_length) > len(body):
             raise bad(f"Inference-Header-Content-Length {header_length!r} is not a length within the body")
         json_end = int(header_length)
     try:
@@ -67,7 +100,9 @@ def parse_request(body: bytearray, header_length: str | None) -> InferRequest:
     parameters = _object(header.get("parameters", {}), "parameters")
     offset, inputs = json_end, {}
     for tensor in header["inputs"]:
-        name, array, offset = _input(_object(tensor, "each input"), body, offset)
+        name, array, offset = _input(_object(tensor, "each input"), body, offset, expected or {})
+        if name in inputs:
+            raise bad(f"input '{name}' is given twice; send each input once")
         inputs[name] = array
     if offset != len(body):
         raise bad(f"the body has {len(body) - offset} bytes beyond the binary inputs it declares")
@@ -82,31 +117,67 @@ def parse_request(body: bytearray, header_length: str | None) -> InferRequest:
             out_name = out.get("name")
             if not isinstance(out_name, str):
                 raise bad("each requested output needs a string 'name'")
-            outputs[out_name] = bool(_object(out.get("parameters", {}), "output parameters").get("binary_data", False))
+            out_parameters = _object(out.get("parameters", {}), f"output '{out_name}' parameters")
+            outputs[out_name] = _flag(out_parameters, "binary_data", f"output '{out_name}' parameter")
+    request_id = header.get("id")
+    if request_id is not None and not isinstance(request_id, str):
+        raise bad(f"'id' must be a string; got {_kind(request_id)}")
     return InferRequest(
         inputs,
-        id=str(header["id"]) if "id" in header else None,
+        id=request_id,
         parameters=parameters,
         outputs=outputs,
-        binary_output=bool(parameters.get("binary_data_output", False)),
+        binary_output=_flag(parameters, "binary_data_output", "parameter"),
+        timeout_ms=_timeout_ms(parameters),
     )
 
 
-def _input(tensor: Mapping[str, Any], body: bytearray, offset: int) -> tuple[str, Array, int]:
+def _flag(parameters: Mapping[str, Any], key: str, what: str) -> bool:
+    value = parameters.get(key, False)
+    if not isinstance(value, bool):
+        raise bad(f"{what} '{key}' must be true or false; got {_kind(value)}")
+    return value
+
+
+def _timeout_ms(parameters: Mapping[str, Any]) -> float | None:
+    """The "timeout" parameter: a positive integer of microseconds (Triton's type for it)."""
+    timeout_us = parameters.get("timeout")
+    if timeout_us is None:
+        return None
+    if not _is_int(timeout_us) or timeout_us <= 0:
+        raise bad(f"parameter 'timeout' must be a positive integer of microseconds; got {timeout_us!r}")
+    return float(timeout_us / 1e3)
+
+
+def _is_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)  # JSON true is not 1
+
+
+def _kind(value: object) -> str:
+    """A JSON value's type, for messages."""
+    return _JSON_TYPES.get(type(value), "null")
+
+
+def _input(
+    tensor: Mapping[str, Any], body: bytearray, offset: int, expected: Mapping[str, TensorMeta]
+) -> tuple[str, Array, int]:
     name, datatype, shape = tensor.get("name"), tensor.get("datatype"), tensor.get("shape")
     if not isinstance(name, str):
         raise bad("each input needs a string 'name'")
-    if datatype not in DATATYPES and datatype != "BYTES":
+    if not isinstance(datatype, str) or (datatype not in DATATYPES and datatype != "BYTES"):
         raise bad(f"input '{name}': datatype {datatype!r} is not supported; use one of {sorted([*DATATYPES, 'BYTES'])}")
-    if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+    if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
         raise bad(f"input '{name}': 'shape' must be a list of non-negative integers")
+    meta = expected.get(name)
+    if meta is not None:
+        _check_meta(name, datatype, shape, meta)
     if datatype == "BYTES":
         return _bytes_input(name, tensor, shape, body, offset)
     dtype = _LITTLE[datatype]
     numel = math.prod(shape)
     size = _object(tensor.get("parameters", {}), f"input '{name}' parameters").get("binary_data_size")
     if size is not None:
-        if not isinstance(size, int) or size != numel * dtype.itemsize:
+        if not _is_int(size) or size != numel * dtype.itemsize:
             raise bad(
                 f"input '{name}': binary_data_size {size!r} does not match shape {shape} of {datatype} "
                 f"({numel * dtype.itemsize} bytes)"
@@ -117,13 +188,44 @@ def _input(tensor: Mapping[str, Any], body: bytearray, offset: int) -> tuple[str
         return name, array.reshape(shape), offset + size
     if "data" not in tensor:
         raise bad(f"input '{name}' has neither 'data' nor a binary_data_size parameter")
-    try:
-        array = np.asarray(tensor["data"], dtype=dtype)
-    except (ValueError, TypeError, OverflowError) as exc:
-        raise bad(f"input '{name}': data is not {datatype} values ({exc})") from None
+    array = _json_data(name, tensor["data"], datatype)
     if array.size != numel:
         raise bad(f"input '{name}': shape {shape} needs {numel} values, data has {array.size}")
     return name, array.reshape(shape), offset
+
+
+def _check_meta(name: str, datatype: str, shape: list[int], meta: TensorMeta) -> None:
+    if datatype != meta.datatype:
+        raise bad(f"input '{name}': datatype {datatype} is not the model's; send {meta.datatype} (nothing is cast)")
+    fits = len(shape) == len(meta.shape) and all(want in (-1, got) for want, got in zip(meta.shape, shape, strict=True))
+    if not fits:
+        raise bad(f"input '{name}' has shape {shape}; the model takes {list(meta.shape)} (-1: any size)")
+
+
+def _json_data(name: str, data: object, datatype: str) -> Array:
+    """JSON ``data`` (flat or nested) as a ``datatype`` array, refusing values of another
+    JSON type (true for FP32, 1.5 for INT64, null, strings) instead of casting them."""
+    dtype = _LITTLE[datatype]
+    try:
+        array = np.asarray(data)  # its inferred kind says what JSON types the leaves were
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise bad(f"input '{name}': data is not a rectangular list of {datatype} values ({exc})") from None
+    if array.size and array.dtype.kind not in _JSON_KINDS[dtype.kind]:
+        raise bad(f"input '{name}': {datatype} data must be JSON {_JSON_NAMES[dtype.kind]}; got {_leaves(array)}")
+    if array.size and dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        if array.min() < info.min or array.max() > info.max:
+            raise bad(f"input '{name}': data has values out of range for {datatype} [{info.min}, {info.max}]")
+    try:
+        with np.errstate(over="raise"):
+            return array.astype(dtype, copy=False)
+    except FloatingPointError:
+        raise bad(f"input '{name}': data has values out of range for {datatype}") from None
+
+
+def _leaves(array: Array) -> str:
+    """What JSON data numpy inferred ``array`` from, for messages."""
+    return _LEAF_KINDS.get(array.dtype.kind.replace("u", "i"), "nulls, strings, mixed values or numbers out of range")
 
 
 def _bytes_input(
@@ -133,7 +235,7 @@ def _bytes_input(
     size = _object(tensor.get("parameters", {}), f"input '{name}' parameters").get("binary_data_size")
     items: list[object] = []
     if size is not None:
-        if not isinstance(size, int) or size < 0 or offset + size > len(body):
+        if not _is_int(size) or size < 0 or offset + size > len(body):
             raise bad(f"input '{name}': binary_data_size {size!r} does not fit in the body")
         end, view = offset + size, memoryview(body)
         while offset < end:

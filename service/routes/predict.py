@@ -19,7 +19,7 @@ from service.rawasgi import JSON, Answer, RawRoute, request_headers
 from service.timing import TIMEOUT_HEADER, deadline, record
 
 router = APIRouter()
-HEADERS = frozenset({b"content-length", TIMEOUT_HEADER})
+HEADERS = frozenset({b"content-length", b"content-encoding", TIMEOUT_HEADER})
 
 
 @router.post(
@@ -56,7 +56,10 @@ class Predict(RawRoute):
         model = self.host.get(scope["path_params"].get("name"))
         headers = request_headers(scope, HEADERS)
         received = time.perf_counter()
-        inputs = decode_inputs(await read_body(receive, headers.get(b"content-length"), self.max_body_bytes))
+        request_body = await read_body(
+            receive, headers.get(b"content-length"), self.max_body_bytes, headers.get(b"content-encoding")
+        )
+        inputs = decode_inputs(request_body)
         parsed = time.perf_counter()
         when = deadline(headers.get(TIMEOUT_HEADER), self.timeout_ms)
         prediction = await model.infer(inputs, when, request_id.get())

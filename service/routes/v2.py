@@ -19,14 +19,15 @@ from service.deps import HostDep, host_of
 from service.errors import ERROR_RESPONSES
 from service.fastpath import documentation_only
 from service.host import ModelHost
+from service.metrics import Metrics
 from service.rawasgi import BINARY, JSON, Answer, RawRoute, request_headers
 from service.timing import TIMEOUT_HEADER, deadline, record
-from service.v2codec import HEADER_LENGTH, encode_response, metadata, parse_request
+from service.v2codec import HEADER_LENGTH, TensorMeta, encode_response, metadata, parse_request
 
 router = APIRouter(prefix="/v2", tags=["Open Inference Protocol v2"], responses=ERROR_RESPONSES)
 VERSION = "1"  # one version per model for now; /versions/1 and no version address it
 HEADER_LENGTH_RAW = HEADER_LENGTH.encode()
-HEADERS = frozenset({b"content-length", TIMEOUT_HEADER, HEADER_LENGTH_RAW})
+HEADERS = frozenset({b"content-length", b"content-encoding", TIMEOUT_HEADER, HEADER_LENGTH_RAW})
 
 
 def find_model(host: ModelHost, name: str, version: str | None) -> EngineClient:
@@ -95,14 +96,19 @@ async def infer(request: Request, name: str, version: str | None = None) -> Resp
     documentation_only()
 
 
-def _timeout_ms(parameters: dict[str, object]) -> object:
-    """The protocol's "timeout" parameter is in microseconds (as Triton's clients send it)."""
-    timeout_us = parameters.get("timeout")
-    return timeout_us / 1e3 if isinstance(timeout_us, int | float) else timeout_us
-
-
 class Infer(RawRoute):
     """The raw ASGI handler of both infer routes (service/fastpath.py says why and how)."""
+
+    def __init__(self, host: ModelHost, metrics: Metrics) -> None:
+        super().__init__(host, metrics)
+        self._expected: dict[str, dict[str, TensorMeta]] = {}  # by model: its metadata's inputs
+
+    def expected(self, model: EngineClient) -> dict[str, TensorMeta]:
+        found = self._expected.get(model.name)
+        if found is None:
+            inputs = metadata(model.name, model.schema, VERSION, model.info.handler)["inputs"]
+            found = self._expected[model.name] = TensorMeta.table(inputs)
+        return found
 
     async def answer(self, scope: Scope, receive: Receive) -> Answer:
         metrics = self.metrics
@@ -110,11 +116,14 @@ class Infer(RawRoute):
         model = find_model(self.host, params["name"], params.get("version"))
         headers = request_headers(scope, HEADERS)
         received = time.perf_counter()
-        body = await read_body(receive, headers.get(b"content-length"), self.max_body_bytes)
+        body = await read_body(
+            receive, headers.get(b"content-length"), self.max_body_bytes, headers.get(b"content-encoding")
+        )
         length = headers.get(HEADER_LENGTH_RAW)
-        parsed_request = parse_request(body, None if length is None else length.decode("latin-1"))
+        json_length = None if length is None else length.decode("latin-1")
+        parsed_request = parse_request(body, json_length, self.expected(model))
         parsed = time.perf_counter()
-        when = deadline(headers.get(TIMEOUT_HEADER), self.timeout_ms, _timeout_ms(parsed_request.parameters))
+        when = deadline(headers.get(TIMEOUT_HEADER), self.timeout_ms, parsed_request.timeout_ms)
         prediction = await model.infer(parsed_request.inputs, when, request_id.get())
         encoding = time.perf_counter()
         content, header_length = encode_response(model.name, parsed_request, prediction.outputs, VERSION)

@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from config import load_settings
+from service.metrics import Inference, Metrics, batch_buckets, duration_buckets
 from tests.fault_models import POISON
 from tests.service.conftest import app_client
 
@@ -132,3 +134,33 @@ def test_latency_buckets_come_from_the_config(images):
         text = client.get("/metrics").text
     assert 'inferpool_request_duration_seconds_bucket{le="0.02",route="/predict"}' in text
     assert 'le="5e-05",route="/predict"' not in text
+
+
+def test_401s_are_counted_under_their_route(monkeypatch, images):
+    monkeypatch.setenv("INFERPOOL_API_KEY", "k3y")
+    with app_client("--runtime.backend", "eager") as client:
+        assert client.get("/v2/models/digits").status_code == 401
+        assert client.post("/v2/models/digits/infer", json={"inputs": []}).status_code == 401
+        assert client.post("/predict", json={"inputs": images[0].tolist()}).status_code == 401
+        assert client.delete("/predict").status_code == 401  # the path's route, another method
+        assert client.get("/no/such/path").status_code == 401
+        samples = scrape(client)
+    for route in ("/v2/models/{name}", "/v2/models/{name}/infer", "unmatched"):
+        assert value(samples, "inferpool_requests_total", route=route, status="401") == 1
+    assert value(samples, "inferpool_requests_total", route="/predict", status="401") == 2
+
+
+def test_buckets_reach_the_largest_call_and_past_the_deadline():
+    settings = load_settings(None, ["--runtime.max-request-samples", "3000", "--request-timeout-ms", "60000"])
+    metrics = Metrics.for_settings(settings)
+    metrics.observe_inference(Inference("m", 0.0, 0.0, 0.0, 0.0, batch_size=3000))
+    metrics.observe_request("/predict", 504, 90.0, None)
+    text = metrics.render().decode()
+    assert 'inferpool_batch_size_bucket{le="4096.0",model="m"} 1.0' in text
+    assert 'inferpool_batch_size_bucket{le="2048.0",model="m"} 0.0' in text
+    assert 'inferpool_request_duration_seconds_bucket{le="120.0",route="/predict"} 1.0' in text
+    assert 'inferpool_request_duration_seconds_bucket{le="60.0",route="/predict"} 0.0' in text
+    # Without a configuration: the built-in buckets.
+    assert batch_buckets(512)[-1] == 512
+    assert duration_buckets((0.1, 1.0), 0) == (0.1, 1.0)
+    assert duration_buckets((0.1, 100.0), 30_000) == (0.1, 100.0, 150.0)

@@ -1,4 +1,4 @@
-"""Stalled, slowloris and too many clients against the real server: each is cut off by a
+"""Stalled, slowloris, too many and malformed clients against the real server: each is cut off by a
 deadline or refused at the door, and the server keeps serving everyone else."""
 
 from __future__ import annotations
@@ -108,4 +108,15 @@ def test_beyond_max_connections_a_new_one_gets_503(server):
     assert head.startswith(b"HTTP/1.1 503 "), answer
     assert b"retry-after: 1" in head.lower()
     assert "over 4 open connections" in json.loads(body)["error"]
+    still_serves(server)
+
+
+@pytest.mark.parametrize("length", [b"+5", b"-1", b"5, 5", b"\xd9\xa5", b"9" * 25])
+def test_a_malformed_content_length_is_a_json_400(server, length):
+    with connect(server) as sock:
+        sock.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Length: " + length + b"\r\n\r\n{}")
+        answer, _ = read_all(sock)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith((b"HTTP/1.1 400 ", b"HTTP/1.1 413 ")), answer
+    assert "error" in json.loads(body)
     still_serves(server)

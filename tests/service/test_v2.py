@@ -85,6 +85,24 @@ def test_client_sees_clear_errors(client, images):
         client.infer("digits", [tensor], outputs=[triton.InferRequestedOutput("logits")])
 
 
+@pytest.mark.parametrize("algorithm", ["gzip", "deflate"])
+def test_compressed_requests_from_the_triton_client(client, images, reference, algorithm):
+    tensor = triton.InferInput("image", [3, 1, 8, 8], "FP32")
+    tensor.set_data_from_numpy(images[:3], binary_data=True)
+    result = client.infer("digits", [tensor], request_compression_algorithm=algorithm)
+    np.testing.assert_array_equal(result.as_numpy("label"), reference(images[:3])[1])
+
+
+@pytest.mark.parametrize(("datatype", "dtype"), [("FP64", np.float64), ("FP16", np.float16), ("INT64", np.int64)])
+@pytest.mark.parametrize("binary", [True, False])
+def test_a_datatype_other_than_the_models_is_refused_not_cast(client, images, datatype, dtype, binary):
+    tensor = triton.InferInput("image", [1, 1, 8, 8], datatype)
+    tensor.set_data_from_numpy(images[:1].astype(dtype), binary_data=binary)
+    with pytest.raises(InferenceServerException, match=f"datatype {datatype} is not the model's; send FP32") as info:
+        client.infer("digits", [tensor])
+    assert info.value.status() == "400"
+
+
 def raw(server, header: dict, binary: bytes = b"", header_length: int | None = None) -> httpx2.Response:
     head = json.dumps(header).encode()
     length = len(head) if header_length is None else header_length
@@ -104,7 +122,9 @@ IMAGE = {"name": "image", "shape": [1, 1, 8, 8], "datatype": "FP32"}
         ({"inputs": [IMAGE | {"parameters": {"binary_data_size": 256}}]}, b"\0" * 300, None, "44 bytes beyond"),
         ({"inputs": [IMAGE | {"datatype": "FP8", "data": [0] * 64}]}, b"", None, "datatype 'FP8' is not supported"),
         ({"inputs": [IMAGE | {"data": [0.0] * 63}]}, b"", None, "needs 64 values, data has 63"),
-        ({"inputs": [IMAGE | {"data": ["a"] * 64}]}, b"", None, "data is not FP32 values"),
+        ({"inputs": [IMAGE | {"data": ["a"] * 64}]}, b"", None, "FP32 data must be JSON numbers"),
+        ({"inputs": [IMAGE | {"data": [True] * 64}]}, b"", None, "FP32 data must be JSON numbers; got booleans"),
+        ({"inputs": [IMAGE | {"data": [1e300] * 64}]}, b"", None, "data has values out of range for FP32"),
         ({"inputs": [IMAGE | {"shape": [1, -1, 8, 8], "data": [0] * 64}]}, b"", None, "non-negative integers"),
         ({"inputs": [IMAGE]}, b"", None, "neither 'data' nor a binary_data_size"),
         ({"input": []}, b"", None, 'with an "inputs" list'),
