@@ -7,9 +7,9 @@ import subprocess
 
 import pytest
 
+from cli.bench_report import LABELS, format_table
 from engine.threads import usable_cpus
 from loadtest.server import INFERPOOL
-from cli.bench_report import LABELS, format_table
 
 PHASES = ["bare", "engine", "http_json", "http_v2_binary"]
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from cli.compile import artifacts
+from cli.main import main
 from engine.backends import aoti_compile
 from engine.options import RuntimeOptions
-from cli.main import main
-from cli.compile import artifacts
 
 
 @pytest.fixture
