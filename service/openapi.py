@@ -1,15 +1,41 @@
-"""OpenAPI pieces, with /predict's body described from the served model's own schema."""
+"""The OpenAPI spec is the service's contract, as exactly as JSON Schema can say it.
+
+Once the models have loaded, every body is described from the served model's own schema: what
+the spec accepts the server accepts, and what it rejects the server rejects (the fuzz test,
+tests/service/test_fuzz.py, holds both directions with schemathesis). Path parameters list the
+served models and versions; the headers the server reads are declared; so is the API key, when
+one is set, so that /docs can send it (its Authorize button).
+
+Where the server ties two values together (a v2 tensor's ``shape`` and the length of its
+``data``) JSON Schema cannot relate them, so the spec lists one alternative per batch size, up to
+``max_request_samples`` (the server's own limit) or LISTED_BATCHES, whichever is lower: tools
+that walk every alternative (schemathesis' coverage phase) take minutes over a thousand of them.
+Beyond LISTED_BATCHES the spec is stricter than the server, and says so.
+"""
 
 from __future__ import annotations
 
+import re
+import sys
 from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from engine import Handler, Schema, TensorSpec
+from engine import EngineClient, Handler, Schema
 from service.errors import documented_error
+from service.host import plans
+from service.middleware import MAX_REQUEST_ID
+from service.openapi_schemas import (
+    Served,
+    describe_predict,
+    describe_v2_answer,
+    describe_v2_infer,
+    v2_example,
+    zeros,
+)
+from service.routes.v2 import VERSION
 
 PREDICT_REQUEST: dict[str, Any] = {
     "required": True,
@@ -26,36 +52,125 @@ PREDICT_RESPONSES: dict[int | str, dict[str, Any]] = {
     503: documented_error("Not ready, too many requests queued, or the queue ahead would make it late (Retry-After)."),
     504: documented_error("The request's deadline passed (X-Request-Timeout-Ms or request_timeout_ms)."),
 }
-HEALTH_RESPONSES: dict[int | str, dict[str, Any]] = {503: documented_error("Not ready, or the model failed to load.")}
-
-
-def _batch_of(spec: TensorSpec, output: bool = False) -> dict[str, Any]:
-    sample = spec.json_schema(output=output)
-    return {"oneOf": [sample, {"type": "array", "minItems": 1, "items": sample}]} if spec.batched else sample
-
-
-def describe_predict(schema: Schema, handler: Handler | None = None) -> dict[str, Any]:
-    """Request and response JSON Schemas for /predict on this model (its handler's, if it has one)."""
-    if handler is not None:
-        return {
-            "request": {"type": "object", "required": ["inputs"], "properties": {"inputs": handler.request_schema}},
-            "response": {
-                "type": "object",
-                "properties": {"model": {"type": "string"}, "outputs": handler.response_schema},
-            },
-        }
-    named = {
+HEALTH_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["status", "error"],
+    "properties": {"status": {"type": "string"}, "error": {"type": ["string", "null"]}},
+}
+HEALTH_RESPONSES: dict[int | str, dict[str, Any]] = {
+    503: {
+        "description": "Not ready (loading, starting, degraded, stopping), or the model failed to load.",
+        "content": {"application/json": {"schema": HEALTH_SCHEMA}},
+    }
+}
+_TENSORS: dict[str, Any] = {
+    "type": "array",
+    "items": {
         "type": "object",
-        "required": [s.name for s in schema.inputs],
-        "properties": {s.name: _batch_of(s) for s in schema.inputs},
-        "additionalProperties": False,
-    }
-    inputs = {"oneOf": [_batch_of(schema.inputs[0]), named]} if len(schema.inputs) == 1 else named
-    outputs = {"type": "object", "properties": {s.name: _batch_of(s, output=True) for s in schema.outputs}}
-    return {
-        "request": {"type": "object", "required": ["inputs"], "properties": {"inputs": inputs}},
-        "response": {"type": "object", "properties": {"model": {"type": "string"}, "outputs": outputs}},
-    }
+        "required": ["name", "datatype", "shape"],
+        "properties": {
+            "name": {"type": "string"},
+            "datatype": {"type": "string"},
+            "shape": {"type": "array", "items": {"type": "integer", "minimum": -1}},
+        },
+    },
+}
+# The other routes' answers, by path (v2's after the protocol's REST spec).
+_ANSWERS: dict[str, dict[str, Any]] = {
+    "/health/live": HEALTH_SCHEMA,
+    "/health/ready": HEALTH_SCHEMA,
+    "/v2": {
+        "type": "object",
+        "required": ["name", "version", "extensions"],
+        "properties": {
+            "name": {"type": "string"},
+            "version": {"type": "string"},
+            "extensions": {"type": "array", "items": {"type": "string"}},
+        },
+    },
+    "/v2/health/live": {"type": "object", "required": ["live"], "properties": {"live": {"type": "boolean"}}},
+    "/v2/health/ready": {"type": "object", "required": ["ready"], "properties": {"ready": {"type": "boolean"}}},
+    "/v2/models/{name}": {
+        "type": "object",
+        "required": ["name", "versions", "platform", "inputs", "outputs"],
+        "properties": {
+            "name": {"type": "string"},
+            "versions": {"type": "array", "items": {"type": "string"}},
+            "platform": {"type": "string"},
+            "inputs": _TENSORS,
+            "outputs": _TENSORS,
+        },
+    },
+    "/v2/models/{name}/ready": {
+        "type": "object",
+        "required": ["name", "ready"],
+        "properties": {"name": {"type": "string"}, "ready": {"type": "boolean"}},
+    },
+    "/v2/models/{name}/config": {
+        "type": "object",
+        "required": ["name", "backend", "dispatch", "max_batch_size", "runtimes", "capacity"],
+        "properties": {
+            "name": {"type": "string"},
+            "backend": {"type": "string"},
+            "dispatch": {"type": "string"},
+            "max_batch_size": {"type": "integer"},
+            "runtimes": {"type": "integer"},
+            "capacity": {"type": "integer"},
+        },
+    },
+}
+
+# The headers the server reads, and the ones every answer carries.
+REQUEST_ID: dict[str, Any] = {
+    "name": "X-Request-Id",
+    "in": "header",
+    "required": False,
+    "description": "Your id for the request, echoed in the answer and the logs; one is generated when it is "
+    f"absent, longer than {MAX_REQUEST_ID} characters or not printable.",
+    "schema": {"type": "string"},
+}
+TIMEOUT: dict[str, Any] = {
+    "name": "X-Request-Timeout-Ms",
+    "in": "header",
+    "required": False,
+    "description": "This request's deadline in milliseconds (default: request_timeout_ms). Past it the answer "
+    "is a 504; a request the queue ahead would make late is refused at once with a 503.",
+    "schema": {"type": "number", "exclusiveMinimum": 0, "maximum": sys.float_info.max},
+}
+HEADER_LENGTH: dict[str, Any] = {
+    "name": "Inference-Header-Content-Length",
+    "in": "header",
+    "required": False,
+    "description": "The binary tensor data extension: the body is this many bytes of the JSON request, then "
+    "the inputs whose parameters give a binary_data_size, in order, as raw little-endian bytes (BYTES: each "
+    "element a 4-byte little-endian length and its bytes). Omit it for an all-JSON body.",
+    "schema": {"type": "integer", "minimum": 0},
+}
+ANSWER_HEADERS: dict[str, Any] = {
+    "X-Request-Id": {"description": "The request's id (yours or a generated one).", "schema": {"type": "string"}},
+}
+TIMED_HEADERS: dict[str, Any] = ANSWER_HEADERS | {
+    "Server-Timing": {"description": "Each phase of the request in milliseconds.", "schema": {"type": "string"}},
+}
+RETRY_HEADERS: dict[str, Any] = ANSWER_HEADERS | {
+    "Retry-After": {"description": "Seconds to wait before retrying.", "schema": {"type": "string"}},
+}
+SECURITY_SCHEMES: dict[str, Any] = {
+    "bearer": {"type": "http", "scheme": "bearer", "description": "Authorization: Bearer <api key>"},
+    "apiKey": {"type": "apiKey", "in": "header", "name": "X-API-Key", "description": "X-API-Key: <api key>"},
+}
+
+
+def served_models(app: FastAPI) -> list[Served]:
+    """The loaded models, the default first, each with its own max_request_samples."""
+    host = app.state.host
+    models: list[EngineClient] = list(host.models.values())
+    # The host loads them in the order of plans(), so the options line up (service/host.py).
+    options = [plan.options for plan in plans(app.state.settings)]
+    return [
+        Served(model.name, model.schema, model.info.handler, plan.max_request_samples)
+        for model, plan in zip(models, options, strict=True)
+    ]
 
 
 def model_aware_openapi(
@@ -70,17 +185,146 @@ def model_aware_openapi(
         if app.openapi_schema is not None:
             return app.openapi_schema
         spec = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
-        for path, operations in spec["paths"].items():
-            if guarded(path):  # the API-key middleware answers these with a 401 before any route
-                for operation in operations.values():
-                    operation["responses"]["401"] = documented_error("Missing or wrong API key.")
-        schema = current_schema()
-        if schema is not None:
-            shapes = describe_predict(schema, current_handler())
-            post = spec["paths"]["/predict"]["post"]
-            post["requestBody"]["content"]["application/json"]["schema"] = shapes["request"]
-            post["responses"]["200"]["content"] = {"application/json": {"schema": shapes["response"]}}
+        _declare_auth(spec, guarded, app.state.settings.api_key is not None)
+        if current_schema() is not None:
+            _describe_models(spec, served_models(app))
             app.openapi_schema = spec
+        _describe_answers(spec)
+        _declare_headers(spec)
         return spec
 
     return openapi
+
+
+def _declare_auth(spec: dict[str, Any], guarded: Callable[[str], bool], keyed: bool) -> None:
+    """The API-key middleware answers guarded paths with a 401 before any route (service/auth.py)."""
+    if not keyed:
+        return
+    spec.setdefault("components", {})["securitySchemes"] = SECURITY_SCHEMES
+    for path, operations in spec["paths"].items():
+        if guarded(path):
+            for operation in operations.values():
+                operation["security"] = [{"bearer": []}, {"apiKey": []}]
+                operation["responses"]["401"] = documented_error("Missing or wrong API key.")
+                operation["responses"]["401"]["headers"] = {"WWW-Authenticate": {"schema": {"type": "string"}}}
+
+
+def _describe_models(spec: dict[str, Any], models: list[Served]) -> None:
+    """Bodies from each model's schema, and path parameters limited to what is served.
+
+    OpenAPI cannot tie a body schema to a path parameter's value: with one model served,
+    ``{name}`` lists it and the body is its own; with several, a route whose body depends on
+    the model gets one path per model instead."""
+    paths: dict[str, Any] = spec["paths"]
+    names = [m.name for m in models]
+    # Once per model, referenced by both infer paths: one alternative per batch size makes it long.
+    schemas = spec.setdefault("components", {}).setdefault("schemas", {})
+    for model in models:
+        schemas[_v2_request_name(model)] = describe_v2_infer(model)
+    for path, operations in list(paths.items()):
+        for operation in operations.values():
+            for parameter in operation.get("parameters", []):
+                if parameter["name"] == "name" and parameter["in"] == "path":
+                    parameter["schema"] = {"type": "string", "enum": names}
+                elif parameter["name"] == "version":
+                    parameter["schema"] = {"type": "string", "enum": [VERSION]}
+        if path == "/predict":
+            _predict_operation(operations["post"], models[0])
+        elif path == "/predict/{name}" or path.endswith("/infer"):
+            if len(models) > 1:
+                del paths[path]
+            for model in models:
+                operation = operations["post"]
+                if len(models) > 1:
+                    operation = _copy(operation)
+                    operation["operationId"] += f"_{model.name}"
+                    operation["parameters"] = [p for p in operation["parameters"] if p["name"] != "name"]
+                    paths[path.replace("{name}", model.name)] = {"post": operation}
+                if path.endswith("/infer"):
+                    _infer_operation(operation, model, versioned="{version}" in path)
+                else:
+                    _predict_operation(operation, model)
+
+
+def _v2_request_name(model: Served) -> str:
+    return "V2InferRequest_" + re.sub(r"[^A-Za-z0-9._-]", "_", model.name)  # what a component key may hold
+
+
+def _predict_operation(operation: dict[str, Any], model: Served) -> None:
+    shapes = describe_predict(model.schema, model.handler, model.max_samples)
+    body: dict[str, Any] = {"schema": shapes["request"]}
+    if model.handler is None:  # a handler's input is its own; a tensor model's is zeros of its shape
+        inputs = model.schema.inputs
+        sample = {s.name: zeros(s.sample_shape, False if s.dtype == "bool" else 0) for s in inputs}
+        body["example"] = {"inputs": sample[inputs[0].name] if len(inputs) == 1 else sample}
+    operation["requestBody"] = {"required": True, "content": {"application/json": body}}
+    operation["responses"]["200"]["content"] = {"application/json": {"schema": shapes["response"]}}
+    operation["responses"].pop("422", None)  # the raw route never validates with FastAPI
+    operation["parameters"] = [*operation.get("parameters", []), TIMEOUT]
+
+
+def _infer_operation(operation: dict[str, Any], model: Served, versioned: bool) -> None:
+    # The raw infer route reads the version from the path only: no query parameter.
+    operation["parameters"] = [p for p in operation["parameters"] if versioned or p["name"] != "version"]
+    operation["parameters"] += [TIMEOUT, HEADER_LENGTH]
+    operation["requestBody"] = {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {"$ref": f"#/components/schemas/{_v2_request_name(model)}"},
+                "example": v2_example(model),
+            }
+        },
+    }
+    operation["responses"].pop("422", None)
+    answer = operation["responses"]["200"]
+    answer["description"] = "The outputs: JSON, or with binary data the JSON then the binary outputs."
+    answer["content"] = {
+        "application/json": {"schema": describe_v2_answer(model)},
+        "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+    }
+    answer["headers"] = {
+        "Inference-Header-Content-Length": {
+            "description": "With binary outputs: the length of the JSON at the start of the body.",
+            "schema": {"type": "string"},
+        }
+    }
+
+
+def _describe_answers(spec: dict[str, Any]) -> None:
+    """The fixed-shape answers; v2's health routes answer their own shape with a 503 too."""
+    for path, operations in spec["paths"].items():
+        schema = _ANSWERS.get(path.replace("/versions/{version}", ""))
+        if schema is not None and "get" in operations:
+            responses = operations["get"]["responses"]
+            responses["200"]["content"] = {"application/json": {"schema": schema}}
+            if path.startswith("/v2/health/"):
+                responses["503"] = {
+                    "description": "Not live (the model failed to load), or not ready (Retry-After).",
+                    "content": {"application/json": {"schema": schema}},
+                }
+    metrics = spec["paths"].get("/metrics", {}).get("get")
+    if metrics is not None:
+        metrics["responses"]["200"]["content"] = {"text/plain": {"schema": {"type": "string"}}}
+
+
+def _declare_headers(spec: dict[str, Any]) -> None:
+    """X-Request-Id both ways on every route; Server-Timing and Retry-After where they come."""
+    for operations in spec["paths"].values():
+        for operation in operations.values():
+            parameters = operation.setdefault("parameters", [])
+            if not any(p["name"] == REQUEST_ID["name"] for p in parameters):
+                parameters.append(REQUEST_ID)
+            for status, answer in operation["responses"].items():
+                headers = TIMED_HEADERS if status == "200" and "requestBody" in operation else ANSWER_HEADERS
+                headers = RETRY_HEADERS if status == "503" else headers
+                answer["headers"] = answer.get("headers", {}) | headers
+
+
+def _copy(value: Any) -> Any:
+    """A deep copy of JSON-like data: paths that share one FastAPI operation must not share edits."""
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    return value

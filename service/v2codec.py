@@ -144,13 +144,40 @@ def _timeout_ms(parameters: Mapping[str, Any]) -> float | None:
     timeout_us = parameters.get("timeout")
     if timeout_us is None:
         return None
-    if not _is_int(timeout_us) or timeout_us <= 0:
+    whole = _whole(timeout_us)
+    if whole is None or not 0 < whole <= UINT64_MAX:
         raise bad(f"parameter 'timeout' must be a positive integer of microseconds; got {timeout_us!r}")
-    return float(timeout_us / 1e3)
+    return whole / 1e3
 
 
 def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)  # JSON true is not 1
+
+
+UINT64_MAX = 2**64 - 1  # Triton's type for "timeout"
+
+
+def _dims(shape: object) -> list[int] | None:
+    """A "shape" as non-negative ints, or None when it is not one."""
+    if not isinstance(shape, list):
+        return None
+    dims = []
+    for value in shape:
+        dim = _whole(value)
+        if dim is None or dim < 0:
+            return None
+        dims.append(dim)
+    return dims
+
+
+def _whole(value: object) -> int | None:
+    """A JSON integer as JSON Schema counts them (4112 and 4112.0 alike: JSON has one number
+    type, so the spec cannot tell them apart), else None; never a boolean."""
+    if _is_int(value):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
 
 
 def _kind(value: object) -> str:
@@ -166,8 +193,10 @@ def _input(
         raise bad("each input needs a string 'name'")
     if not isinstance(datatype, str) or (datatype not in DATATYPES and datatype != "BYTES"):
         raise bad(f"input '{name}': datatype {datatype!r} is not supported; use one of {sorted([*DATATYPES, 'BYTES'])}")
-    if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
+    dims = _dims(shape)
+    if dims is None:
         raise bad(f"input '{name}': 'shape' must be a list of non-negative integers")
+    shape = dims
     meta = expected.get(name)
     if meta is not None:
         _check_meta(name, datatype, shape, meta)
@@ -175,11 +204,12 @@ def _input(
         return _bytes_input(name, tensor, shape, body, offset)
     dtype = _LITTLE[datatype]
     numel = math.prod(shape)
-    size = _object(tensor.get("parameters", {}), f"input '{name}' parameters").get("binary_data_size")
-    if size is not None:
-        if not _is_int(size) or size != numel * dtype.itemsize:
+    raw = _object(tensor.get("parameters", {}), f"input '{name}' parameters").get("binary_data_size")
+    if raw is not None:
+        size = _whole(raw)
+        if size is None or size != numel * dtype.itemsize:
             raise bad(
-                f"input '{name}': binary_data_size {size!r} does not match shape {shape} of {datatype} "
+                f"input '{name}': binary_data_size {raw!r} does not match shape {shape} of {datatype} "
                 f"({numel * dtype.itemsize} bytes)"
             )
         if offset + size > len(body):
@@ -232,11 +262,12 @@ def _bytes_input(
     name: str, tensor: Mapping[str, Any], shape: list[int], body: bytearray, offset: int
 ) -> tuple[str, Array, int]:
     numel = math.prod(shape)
-    size = _object(tensor.get("parameters", {}), f"input '{name}' parameters").get("binary_data_size")
+    raw = _object(tensor.get("parameters", {}), f"input '{name}' parameters").get("binary_data_size")
     items: list[object] = []
-    if size is not None:
-        if not _is_int(size) or size < 0 or offset + size > len(body):
-            raise bad(f"input '{name}': binary_data_size {size!r} does not fit in the body")
+    if raw is not None:
+        size = _whole(raw)
+        if size is None or size < 0 or offset + size > len(body):
+            raise bad(f"input '{name}': binary_data_size {raw!r} does not fit in the body")
         end, view = offset + size, memoryview(body)
         while offset < end:
             if offset + 4 > end:
