@@ -135,7 +135,13 @@ class MiniLMHandler(Handler):
     response_schema: ClassVar[dict[str, Any]] = {
         "type": "object",
         "properties": {
-            "embedding": {"oneOf": [{"type": "array", "items": {"type": "number"}}, {"type": "array"}]},
+            # One text: its vector; a list: one vector per text (never empty: a request has a text).
+            "embedding": {
+                "oneOf": [
+                    {"type": "array", "minItems": 1, "items": {"type": "number"}},
+                    {"type": "array", "minItems": 1, "items": {"type": "array", "items": {"type": "number"}}},
+                ]
+            },
             "truncated": {"oneOf": [{"type": "boolean"}, {"type": "array", "items": {"type": "boolean"}}]},
             "tokens": {"oneOf": [{"type": "integer"}, {"type": "array", "items": {"type": "integer"}}]},
         },
