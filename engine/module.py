@@ -7,6 +7,7 @@ from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from engine.errors import ModelLoadError
@@ -52,6 +53,13 @@ class InferenceModule:
         names = output_names(len(outputs), spec.output_names)
         schema = Schema(inputs, tuple(_spec(n, t, spec.batched) for n, t in zip(names, outputs, strict=True)))
         return cls(spec.name, module, schema, {n: t.numpy() for n, t in examples.items()})
+
+    def examples(self, batch: int) -> dict[str, Array]:
+        """The example inputs repeated (or cut) to ``batch`` rows; as they are when some input
+        has no batch dimension."""
+        if not all(spec.batched for spec in self.schema.inputs):
+            return dict(self.example_inputs)
+        return {n: np.ascontiguousarray(np.resize(a, (batch, *a.shape[1:]))) for n, a in self.example_inputs.items()}
 
     def outputs_by_name(self, result: object) -> dict[str, Array]:
         return {

@@ -17,7 +17,6 @@ from collections.abc import Awaitable, Mapping
 from dataclasses import replace
 from typing import Any
 
-import numpy as np
 import torch
 
 from engine.admission import Admission, ServiceTimes, count_samples
@@ -164,9 +163,7 @@ class ServedModel:
         admission control has the fixed and the per-sample cost before the first request."""
         self.time_example_call(repeats=3)
         if all(spec.batched for spec in self.schema.inputs):
-            example = self.module.example_inputs
-            size, rows = max(8, self.options.max_batch_size), next(iter(example.values())).shape[0]
-            full = {name: np.concatenate([a] * -(-size // rows))[:size] for name, a in example.items()}
+            full = self.module.examples(max(8, self.options.max_batch_size))
             for _ in range(2):
                 self._call(full)
 

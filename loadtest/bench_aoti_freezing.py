@@ -20,7 +20,6 @@ import torch
 from engine import InferenceModule, RuntimeOptions
 from engine.backends import aoti_compile
 from engine.backends.aoti import AotiRuntime
-from engine.backends.aoti_compile import examples_at
 from engine.threads import apply_thread_plan
 from loadtest.bench_aoti import MODELS
 from loadtest.bench_backends import PLAN, latencies, span
@@ -49,7 +48,7 @@ def main() -> None:
             aoti_compile.INDUCTOR_CONFIGS["minimal_arrayref"] = configs
             runtime = AotiRuntime(module, options, AotiRuntime.compile(module, options))
             for size in SIZES:
-                rows[model, variant, size] = (runtime, examples_at(module, size))
+                rows[model, variant, size] = (runtime, module.examples(size))
     medians: dict[tuple[str, str, int], list[float]] = {key: [] for key in rows}
     for _ in range(args.rounds):
         for key, (runtime, example) in rows.items():

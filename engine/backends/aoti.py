@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.backends.aoti_compile import Package, ensure_packages, examples_at
+from engine.backends.aoti_compile import Package, ensure_packages
 from engine.backends.aoti_runners import INTERFACES, Caller, Shared
 from engine.backends.base import Runtime
 from engine.backends.parity import Tolerance, eager_outputs, first_mismatch, random_inputs
@@ -55,7 +55,7 @@ def _load(module: InferenceModule, options: RuntimeOptions, package: Package) ->
 
 
 def _check_parity(module: InferenceModule, package: Package, caller: Caller) -> None:
-    inputs = random_inputs(examples_at(module, package.batch_size))
+    inputs = random_inputs(module.examples(package.batch_size))
     try:
         for buffer, array in zip(caller.inputs, inputs.values(), strict=True):
             buffer[...] = array

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from engine.compile_cache import cache_dir, content_key, tensor_parts, write_atomically
@@ -85,17 +84,8 @@ def static_shape(spec: TensorSpec, batch: int) -> tuple[int, ...]:
     return (batch, *(d for d in spec.sample_shape if d is not None))
 
 
-def examples_at(module: InferenceModule, batch: int) -> dict[str, np.ndarray]:
-    """The example inputs repeated (or cut) to ``batch`` rows."""
-    out = {}
-    for name, example in module.example_inputs.items():
-        repeats = -(-batch // example.shape[0])
-        out[name] = np.ascontiguousarray(np.concatenate([example] * repeats)[:batch])
-    return out
-
-
 def export_at(module: InferenceModule, batch: int) -> torch.export.ExportedProgram:
-    args = tuple(torch.from_numpy(a) for a in examples_at(module, batch).values())
+    args = tuple(torch.from_numpy(a) for a in module.examples(batch).values())
     try:
         return torch.export.export(module.module, args)
     except Exception as exc:

@@ -37,8 +37,6 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import numpy as np
-
 from engine.backends import BACKENDS
 from engine.backends.base import Runtime
 from engine.backends.parity import eager_outputs, first_mismatch
@@ -183,14 +181,10 @@ def _short(reason: str, limit: int = 300) -> str:
 def _timing_inputs(module: InferenceModule, options: RuntimeOptions) -> dict[int, dict[str, Array]]:
     """Batch size -> inputs: the example inputs at batch 1 and at N (the module docstring), or
     as they are if unbatched."""
-    examples = module.example_inputs
     if not all(spec.batched for spec in module.schema.inputs):
-        return {1: dict(examples)}
+        return {1: dict(module.example_inputs)}
     served = options.max_batch_size if options.max_batch_size > 1 else UNBATCHED_N
-    return {
-        size: {n: np.ascontiguousarray(np.resize(a, (size, *a.shape[1:]))) for n, a in examples.items()}
-        for size in (1, served)
-    }
+    return {size: module.examples(size) for size in (1, served)}
 
 
 def _eager(module: InferenceModule, inputs: Mapping[str, Array]) -> dict[str, Array]:

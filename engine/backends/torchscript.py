@@ -29,7 +29,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import torch
 from torch.jit._trace import TracerWarning
 
@@ -68,7 +67,7 @@ def _script(module: InferenceModule) -> tuple[torch.jit.ScriptModule, str, list[
         return torch.jit.script(module.module), "scripted", []
     except Exception as exc:  # noqa: BLE001 -- most modules with Python-only code; tracing handles them
         log.debug("model %r cannot be scripted (%s); tracing it", module.name, exc)
-    examples = tuple(torch.from_numpy(_batch(module, 2)[s.name]) for s in module.schema.inputs)
+    examples = tuple(torch.from_numpy(module.examples(2)[s.name]) for s in module.schema.inputs)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", TracerWarning)
         traced = torch.jit.trace(module.module, examples, check_trace=False)  # type: ignore[no-untyped-call]
@@ -76,19 +75,12 @@ def _script(module: InferenceModule) -> tuple[torch.jit.ScriptModule, str, list[
     return traced, "traced", list(distinct)
 
 
-def _batch(module: InferenceModule, size: int) -> dict[str, Array]:
-    """The example inputs repeated to ``size`` rows (as they are when the model is not batched)."""
-    if not all(s.batched for s in module.schema.inputs):
-        return dict(module.example_inputs)
-    return {n: np.ascontiguousarray(np.resize(a, (size, *a.shape[1:]))) for n, a in module.example_inputs.items()}
-
-
 def _check_parity(module: InferenceModule, static: Any, origin: str, tracer_warnings: list[str]) -> None:
     """Compare with the eager module at two batch sizes, so that a trace specialised to one
     shape fails at load, not in traffic."""
     names = [spec.name for spec in module.schema.outputs]
     for size in (1, 3):
-        batch = random_inputs(_batch(module, size))
+        batch = random_inputs(module.examples(size))
         got = [t.detach().numpy() for t in flatten_outputs(static(*(torch.from_numpy(a) for a in batch.values())))]
         wrong = first_mismatch(names, got, eager_outputs(module, batch), TorchScriptRuntime.tolerance)
         if wrong is not None:

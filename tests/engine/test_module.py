@@ -56,3 +56,12 @@ def test_torch_export_archive_serves_the_same_numbers(digits_pt2, images, refere
 def test_bad_model_sources_say_what_is_wrong(source, message):
     with pytest.raises(ModelLoadError, match=message):
         load_model(source)
+
+
+def test_examples_at_a_batch_size_repeat_or_cut_the_example_rows(digits_module):
+    one = digits_module.example_inputs["image"]
+    for batch in (1, 3, 8):
+        got = digits_module.examples(batch)["image"]
+        assert got.shape == (batch, *one.shape[1:])
+        assert got.flags.c_contiguous
+        np.testing.assert_array_equal(got[0], one[0])
