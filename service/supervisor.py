@@ -60,8 +60,12 @@ class Supervisor:
         self.replaced = Counter("inferpool_process_replacements", "Serving processes restarted after dying.")
 
     def run(self) -> int:
-        listener = _listen(self.settings.host, self.settings.port)
-        log.info("listening on http://%s:%d", self.settings.host, self.settings.port)
+        try:
+            listener = _listen(self.settings.host, self.settings.port)
+        except OSError as exc:  # the port is taken, the address is not this machine's, ...
+            log.error("cannot listen on %s:%d: %s", self.settings.host, self.settings.port, exc)
+            return 2
+        log.info("listening on http://%s:%d", self.settings.host, listener.getsockname()[1])
         log.info("effective config: %s", self.settings.model_dump_json())
         host = ModelHost(self.settings)
         # Ctrl-C while loading stops the process at once, as SIGTERM does: nothing to drain yet,
@@ -138,7 +142,7 @@ class Supervisor:
             self.board.mark(slot, DOWN)
             multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
             code = os.waitstatus_to_exitcode(status)
-            self.crashes = self.crashes + 1 if time.monotonic() - started < CRASH_WINDOW_SECONDS else 1
+            self.crashes = self.crashes + 1 if time.monotonic() - started < CRASH_WINDOW_SECONDS else 0
             if self.crashes >= MAX_CRASHES:
                 log.error("serving processes keep dying (%d in a row, last status %d): giving up", self.crashes, code)
                 return "give up"

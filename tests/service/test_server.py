@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
@@ -103,6 +104,16 @@ def test_a_model_that_cannot_load_stops_the_server_with_the_reason():
     assert result.returncode == 2
     assert "loading the models failed: cannot import model factory 'nonexistent.module:build'" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_port_in_use_is_one_line_and_exit_2():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run([INFERPOOL, "serve", "--port", str(port)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert f"cannot listen on 127.0.0.1:{port}: [Errno 98] Address already in use" in result.stderr
 
 
 def test_impossible_thread_budget_is_refused_before_binding():
