@@ -72,10 +72,7 @@ class ServedModel:
         """Runtimes replaced by a fresh one after the model raised on them, for metrics."""
         self.failed_replacements = 0
         """Replacements that could not be built or warmed (the old runtime stayed), for metrics."""
-        runtimes = [backend(module, options, compiled) for _ in range(plan.runtimes)]
-        for runtime in runtimes:
-            runtime.warmup()
-        self.pool: RuntimePool[Runtime] = RuntimePool(runtimes, timeout=options.borrow_timeout)
+        self.pool: RuntimePool[Runtime] = self._warm_pool()
         self.service_times = ServiceTimes()
         self._seed_service_times()
         self.admission = Admission(self.service_times, plan.runtimes, options.max_batch_size)
@@ -102,10 +99,12 @@ class ServedModel:
         and fork serving processes that share its weights (service.supervisor): threads do not
         survive a fork, and a parent that ran an OpenMP parallel region leaves forked children
         hanging on their first one (measured: torch with 2 intra-op threads), so the parent
-        loads with one intra-op thread and each child starts here (``forked``)."""
-        apply_thread_plan(self.plan)
-        if forked and self.plan.intra_op_threads > 1 and self._backend.threaded_artifact:
-            self._rebuild_artifact()
+        loads with one intra-op thread and each child starts here (``forked``) with its plan
+        (``load`` applied it already when the model is started in the process that loaded it)."""
+        if forked:
+            apply_thread_plan(self.plan)
+            if self.plan.intra_op_threads > 1 and self._backend.threaded_artifact:
+                self._rebuild_artifact()
         self.executor = EXECUTORS[self.dispatch_mode](self.pipeline, self._executor_config())
         self.accepting = True
 
@@ -114,12 +113,19 @@ class ServedModel:
         session: a forked child's runs stay correct but use one thread), so this process builds
         its own and its runtimes on it, at the cost of its own copy of the weights."""
         self._compiled = self._backend.compile(self.module, self.options)
-        runtimes = [self._backend(self.module, self.options, self._compiled) for _ in range(self.plan.runtimes)]
-        for runtime in runtimes:
-            runtime.warmup()
-        self.pool = RuntimePool(runtimes, timeout=self.options.borrow_timeout)
+        self.pool = self._warm_pool()
         log.info("model %r: built this process's own %s artifact for %d intra-op threads",
                  self.name, self.selection.name, self.plan.intra_op_threads)  # fmt: skip
+
+    def _fresh_runtime(self) -> Runtime:
+        """A warm runtime on the shared module and artifact."""
+        runtime = self._backend(self.module, self.options, self._compiled)
+        runtime.warmup()
+        return runtime
+
+    def _warm_pool(self) -> RuntimePool[Runtime]:
+        runtimes = [self._fresh_runtime() for _ in range(self.plan.runtimes)]
+        return RuntimePool(runtimes, timeout=self.options.borrow_timeout)
 
     def _choose_executor(self) -> tuple[str, dict[str, Any] | None]:
         """``batch`` when batching is on, else the configured dispatch, or for ``auto`` the
@@ -315,8 +321,7 @@ class ServedModel:
         """Swap a fresh, warm runtime into ``lease``; the failed request's error waits for it
         (one constructor and ``warmup_iters`` calls), so the next request finds it ready."""
         try:
-            fresh = self._backend(self.module, self.options, self._compiled)
-            fresh.warmup()
+            fresh = self._fresh_runtime()
         except Exception:
             # The model fails on its own example inputs too: a fresh runtime would not serve any
             # better, and the pool must not shrink, so the old one stays.
