@@ -134,14 +134,7 @@ class Supervisor:
 
     def _reap(self, listener: socket.socket, host: ModelHost) -> str:
         """Collect exited processes and replace each, unless they keep crashing."""
-        while self.children:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-            if pid == 0:
-                break
-            slot, started = self.children.pop(pid)
-            self.board.mark(slot, DOWN)
-            multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
-            code = os.waitstatus_to_exitcode(status)
+        for pid, (slot, started), code in self._exited():
             self.crashes = self.crashes + 1 if time.monotonic() - started < CRASH_WINDOW_SECONDS else 0
             if self.crashes >= MAX_CRASHES:
                 log.error("serving processes keep dying (%d in a row, last status %d): giving up", self.crashes, code)
@@ -163,7 +156,7 @@ class Supervisor:
                 log.warning("second %s: stopping without waiting", signal.Signals(received.si_signo).name)
                 for pid in self.children:
                     _signal(pid, signal.SIGTERM)  # a second signal skips the drain
-            codes += self._exited()
+            codes += [code for _, _, code in self._exited()]
         for pid in list(self.children):
             log.error("serving process pid %d did not exit in time: killing it", pid)
             _signal(pid, signal.SIGKILL)
@@ -176,16 +169,19 @@ class Supervisor:
         listener.close()
         return 0 if all(code == 0 for code in codes) else 1
 
-    def _exited(self) -> list[int]:
-        codes = []
+    def _exited(self) -> list[tuple[int, tuple[int, float], int]]:
+        """(pid, (slot, started at), exit code) of each serving process that has exited, its
+        slot marked down and its live metrics dropped."""
+        exited = []
         while self.children:
             pid, status = os.waitpid(-1, os.WNOHANG)
             if pid == 0:
                 break
-            self.children.pop(pid)
+            slot, started = self.children.pop(pid)
+            self.board.mark(slot, DOWN)
             multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
-            codes.append(os.waitstatus_to_exitcode(status))
-        return codes
+            exited.append((pid, (slot, started), os.waitstatus_to_exitcode(status)))
+        return exited
 
 
 def _listen(host: str, port: int) -> socket.socket:
