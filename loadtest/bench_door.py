@@ -15,11 +15,10 @@ import tempfile
 from pathlib import Path
 
 import httpx2
-from prometheus_client.parser import text_string_to_metric_families
 
 from loadtest import openloop, wrk
 from loadtest.procs import inferpool_argv, launch
-from loadtest.server import free_port
+from loadtest.server import free_port, metric_total
 
 
 def v2_json() -> openloop.Payload:
@@ -32,13 +31,7 @@ PAYLOADS = {"predict-json": openloop.digits_json, "v2-json": v2_json, "v2-binary
 
 
 def total(url: str, name: str, **labels: str) -> float:
-    text = httpx2.get(url + "/metrics").text
-    return sum(
-        sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name == name and labels.items() <= sample.labels.items()
-    )
+    return metric_total(httpx2.get(url + "/metrics").text, name, **labels)
 
 
 def main() -> None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx2
+from prometheus_client.parser import text_string_to_metric_families
 
 from service.bench_client import free_port as free_port  # re-exported: tests and procs use it
 
@@ -75,3 +76,13 @@ def wait_ready(server: Server, timeout: float = 60.0) -> None:
             return
         time.sleep(0.05)
     raise TimeoutError(f"server was not ready within {timeout}s:\n{server.output()}")
+
+
+def metric_total(text: str, name: str, **labels: str) -> float:
+    """Sum of the samples called ``name`` whose labels include ``labels``, in Prometheus text."""
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name and labels.items() <= sample.labels.items()
+    )

@@ -5,9 +5,9 @@ from contextlib import contextmanager
 
 import pytest
 from fastapi.testclient import TestClient
-from prometheus_client.parser import text_string_to_metric_families
 
 from config import load_settings
+from loadtest.server import metric_total as metric_total  # re-exported: the service tests use it
 from service.app import create_app
 
 
@@ -18,16 +18,6 @@ def app_client(*cli_args: str) -> Iterator[TestClient]:
     with TestClient(app, raise_server_exceptions=False) as client:
         app.state.host.wait_loaded(60)
         yield client
-
-
-def metric_total(text: str, name: str, **labels: str) -> float:
-    """Sum of the samples called ``name`` whose labels include ``labels``, in Prometheus text."""
-    return sum(
-        sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name == name and labels.items() <= sample.labels.items()
-    )
 
 
 @pytest.fixture(scope="module")
