@@ -5,6 +5,9 @@ compiling: AOTInductor packages (``--runtime.backend aoti``) and ONNX exports (`
 What it prepares follows the configured backend (see :func:`artifacts`), or ``--prepare``.
 It takes exactly the settings ``serve`` takes (same config file, flags and environment), because
 the cache keys cover the options that shape the artifacts: compile and serve with the same ones.
+It sizes the processes and plans each model's threads as ``serve`` does (refusing the same
+budgets), and builds and checks every artifact under the threads ``serve`` loads with
+(engine.threads.apply_loading_plan), so that serving finds exactly what was built here.
 """
 
 from __future__ import annotations
@@ -18,10 +21,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from cli.argv import config_argument, settings_from_argv
+from config import Settings
 from engine import ConfigError, ModelLoadError
 from engine.compile_cache import cache_dir
 from engine.options import AUTO_CANDIDATES, RuntimeOptions
-from service.host import plans
+from engine.threads import apply_loading_plan, plan_threads
+from service.host import plans, sized
 
 AOTI, ONNX = "aoti", "onnxruntime"
 Progress = Callable[[str], None]
@@ -39,7 +44,7 @@ def artifacts(options: RuntimeOptions) -> tuple[str, ...]:
 
 
 def _aoti(source: str, options: RuntimeOptions, progress: Progress) -> None:
-    from engine.backends.aoti_compile import compile_model
+    from engine.backends.aoti.compile import compile_model
 
     packages = compile_model(source, replace(options, backend=AOTI), progress)
     fresh = sum(p.compile_seconds is not None for p in packages)
@@ -55,6 +60,15 @@ def _onnx(source: str, options: RuntimeOptions, progress: Progress) -> None:
 
 
 PREPARE: dict[str, Callable[[str, RuntimeOptions, Progress], None]] = {AOTI: _aoti, ONNX: _onnx}
+
+
+def planned(settings: Settings) -> Settings:
+    """``settings`` sized as serve sizes them, every model's threads planned: a process count or a
+    thread budget that serve refuses is refused here (exit status 2) before anything is built."""
+    settings = sized(settings)
+    for model in plans(settings):
+        plan_threads(model.options, shares=settings.cpu_shares)
+    return settings
 
 
 def compile_main(argv: list[str]) -> int:
@@ -73,7 +87,7 @@ def compile_main(argv: list[str]) -> int:
         "and aoti when auto_backends lists it; any other backend but onnxruntime: aoti)",
     )
     args, rest = parser.parse_known_args(argv)
-    settings = settings_from_argv("inferpool compile", args, rest)
+    settings = settings_from_argv("inferpool compile", args, rest, planned)
     if isinstance(settings, int):
         return settings
     models = plans(settings)
@@ -89,6 +103,8 @@ def compile_main(argv: list[str]) -> int:
         if not kinds:
             progress(f"{model.source}: its backends read nothing from the cache; name one with --prepare")
         try:
+            # As serve loads: in the supervisor, before it forks the serving processes.
+            apply_loading_plan(model.options, settings.cpu_shares, forks=True)
             for kind in kinds:
                 PREPARE[kind](model.source, model.options, progress)
         except (ModelLoadError, ConfigError) as exc:

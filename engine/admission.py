@@ -67,8 +67,9 @@ class Admission:
     """Work accepted and not yet finished by a worker, and the admission decision.
 
     ``enter`` runs on the event loop, ``leave`` on whichever thread finished (or dropped) the
-    request, hence the lock (uncontended: ~0.1 µs). A request counts until its worker is done
-    with it, not until its caller stops waiting: a caller that timed out leaves work behind.
+    request, hence the lock (uncontended, a fraction of a µs: docs/BENCHMARKS.md). A request
+    counts until its worker is done with it, not until its caller stops waiting: a caller that
+    timed out leaves work behind.
     """
 
     def __init__(self, times: ServiceTimes, runtimes: int, max_batch_size: int) -> None:
@@ -124,7 +125,8 @@ class Admission:
 
 def count_samples(schema: Schema, inputs: object) -> int:
     """Samples in a request, read before validation for admission only: the leading size of
-    the first batched input if its nesting is one deeper than a sample. ~1 µs; anything odd
+    the first batched input if its nesting is one deeper than a sample, without converting
+    anything (about a µs: docs/BENCHMARKS.md); anything odd
     counts as 1 (validation on the worker rejects invalid requests anyway)."""
     spec = next((s for s in schema.inputs if s.batched), None)
     if spec is None:

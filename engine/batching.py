@@ -87,9 +87,9 @@ class Batcher(QueuedWorkers):
         What is already queued is taken first, until a batch is full: a request that waited
         in the queue longer than ``max_delay`` (the workers were busy) is due at once, and
         must not run alone while its companions sit in the queue behind it; but a full batch
-        cannot grow, so it does not wait for the rest of the queue to be validated (that
-        delayed the first batch of 40 queued requests from 11 to 207 ms with a 5 ms
-        preprocess). Then the earliest-due batch among
+        cannot grow, so it does not wait for the rest of the queue to be validated (which,
+        with a slow preprocess, would delay the first batch by the whole queue's validation;
+        docs/BENCHMARKS.md). Then the earliest-due batch among
         the full ones and the due partial ones runs (first come, first served across shapes,
         so none starves); if none is due, the leader waits for more requests until one is.
         """

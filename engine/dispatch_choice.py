@@ -2,7 +2,8 @@
 chosen from what this machine measures for the chosen backend's call at startup.
 
 A worker thread pays for itself only with the part of a call that runs *without the GIL*: only
-then can the event loop (HTTP, JSON, validation: ~0.5 ms of GIL per request) run beside it.
+then can the event loop (HTTP, JSON, validation: hundreds of µs of GIL per request,
+docs/BENCHMARKS.md) run beside it.
 The GIL-holding part runs no faster on a worker and contends with the loop on every release
 and re-acquire. So the choice needs three figures: the call's time, the share of it that holds
 the GIL, and what one hand-off to a worker and back costs. ``decide`` measures them (~0.35 s)
@@ -25,8 +26,8 @@ log = logging.getLogger(__name__)
 
 LONG_CALL_US = 5_000.0
 """A call this long runs on worker threads whatever else is measured: inline, it would stall
-every other request for longer than ~5 requests' whole trip through the server (0.6-0.9 ms
-each, docs/BENCHMARKS.md), while a hand-off (tens of µs) is under 1 % of it."""
+every other request for longer than several requests' whole trip through the server
+(docs/BENCHMARKS.md), while a hand-off (tens of µs) is under 1 % of it."""
 HELD_SHARE = 0.5
 """A call holding the GIL for at least this share runs inline: a worker could overlap less
 than half of it with the event loop, and would contend with it for the GIL on every op."""

@@ -8,10 +8,9 @@ from pydantic import ConfigDict, model_validator
 from pydantic.dataclasses import dataclass
 from pydantic_core import ArgsKwargs
 
-from engine.backends import BACKENDS
+from engine.backends import BACKENDS, AotiInterface
 from engine.executors import DISPATCH_MODES
 
-AOTI_INTERFACES = ("minimal_arrayref", "loader")  # keys of engine.backends.aoti_runners.INTERFACES
 AUTO_CANDIDATES = ("eager", "static", "onnxruntime")
 """``auto``'s candidates when ``auto_backends`` is (): the ones that compile in about a second
 or less. aoti (tens of seconds on a first compile) and torchscript (deprecated upstream, warns)
@@ -67,8 +66,8 @@ class RuntimeOptions:
     naming the output) instead of returning them (JSON has no NaN, so clients would get
     ``null``). With batching only the requests whose own rows are affected fail. Turn it on
     for models that can overflow or divide by zero on odd inputs; it costs one ``isfinite``
-    pass over every float output per request (measured: ~2 µs plus ~0.25 ms per million
-    float32 elements), which is why it is off by default. A non-finite output does not
+    pass over every float output per request (a few µs, plus time proportional to the outputs'
+    size: docs/BENCHMARKS.md), which is why it is off by default. A non-finite output does not
     replace the runtime: it comes from the input, not from a broken runtime."""
 
     dispatch: str = "auto"
@@ -132,14 +131,14 @@ class RuntimeOptions:
 
     compiled_batch_sizes: tuple[int, ...] = ()
     """``aoti`` backend: the batch sizes to compile (AOTInductor packages have static shapes:
-    one package per size, each 15-60 s to compile on first start, then loaded from
+    one package per size, each tens of seconds to compile on first start, then loaded from
     ``compile_cache_dir``). A request runs on the smallest compiled size that holds it (its
     rows copied into a zero-padded buffer that the compiled call reads in place) or is split
     into chunks of the largest; it never runs at a shape that was not compiled. Padding costs
     the padded rows' compute, so list the sizes your traffic has; () = 1, ``max_batch_size``
     and ``preferred_batch_sizes`` (which is what batching produces)."""
 
-    aoti_interface: str = "minimal_arrayref"
+    aoti_interface: str = AotiInterface.MINIMAL_ARRAYREF.value
     """``aoti`` backend: ``minimal_arrayref`` calls the compiled library's C ABI through ctypes
     on the request's arrays (no tensor wrapping), releasing the GIL for the whole call, so
     runtimes on several threads run in parallel; weights are loaded once per compiled size and
@@ -194,8 +193,9 @@ class RuntimeOptions:
                 "use positive batch sizes, e.g. (1, 8, 32), or () for 1, max_batch_size and preferred_batch_sizes",
             ),
             "aoti_interface": (
-                self.aoti_interface in AOTI_INTERFACES,
-                f"use one of {AOTI_INTERFACES} ('minimal_arrayref' releases the GIL, 'loader' is PyTorch's own)",
+                self.aoti_interface in set(AotiInterface),
+                f"use one of {[i.value for i in AotiInterface]} ({AotiInterface.MINIMAL_ARRAYREF.value!r} releases the "
+                f"GIL, {AotiInterface.LOADER.value!r} is PyTorch's own, for a model the minimal one cannot compile)",
             ),
         }
         if self.auto_backends:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -87,6 +87,21 @@ def init_worker_thread(plan: ThreadPlan) -> None:
     that never set it gets a team of one thread per core on its first parallel op, whose
     spinning helper burned most of a core per worker in our measurements."""
     torch.set_num_threads(plan.intra_op_threads)
+
+
+def apply_loading_plan(options: RuntimeOptions, shares: int = 1, *, forks: bool) -> ThreadPlan:
+    """Plan a model's threads (refused over budget, see plan_threads) and apply the ones it is
+    loaded, compiled and checked under; returns the plan its runtimes serve with.
+
+    When serving processes are forked after loading (``forks``: ``inferpool serve`` always
+    does), loading runs with one intra-op thread: threads do not survive a fork, and a parent
+    that ran an OpenMP parallel region leaves its children hanging on their first one. What is
+    compiled then is built for one thread too (AOTInductor sizes a package's OpenMP regions by
+    torch's thread count at compile time), so ``inferpool compile`` applies the same plan to
+    build the artifacts ``serve`` will find."""
+    plan = plan_threads(options, shares=shares)
+    apply_thread_plan(replace(plan, intra_op_threads=1) if forks else plan)
+    return plan
 
 
 def apply_thread_plan(plan: ThreadPlan) -> None:

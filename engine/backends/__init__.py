@@ -3,13 +3,16 @@
 The table holds import strings (as uvicorn's ``config.py`` names its loops and protocols): a
 backend's module is imported the first time its name is looked up, so importing the engine or
 the config loads no backend and opens none of their libraries (the aoti runner's ``ctypes``
-handle on libtorch, onnxruntime, the exporters). Names live here and nowhere else.
+handle on libtorch, onnxruntime, the exporters). Names live here and nowhere else: the
+backends' and the aoti backend's interfaces' (``AotiInterface``), so that ``RuntimeOptions`` can
+check a name without importing the backend that implements it (whose modules import the options).
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Iterator, Mapping, MutableMapping
+from enum import StrEnum
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -22,6 +25,17 @@ BACKEND_PATHS = {
     "aoti": "engine.backends.aoti:AotiRuntime",
     "static": "engine.backends.static:StaticRuntime",
 }
+
+
+class AotiInterface(StrEnum):
+    """``RuntimeOptions.aoti_interface``: how the ``aoti`` backend calls a compiled package. The
+    backend's loaders (engine.backends.aoti.runners) and compile configs (engine.backends.aoti.compile)
+    are keyed by these members; a member compares and hashes as its string."""
+
+    MINIMAL_ARRAYREF = "minimal_arrayref"
+    """The library's C ABI through ctypes on the request's arrays; releases the GIL."""
+    LOADER = "loader"
+    """PyTorch's own ``AOTIModelPackageLoader``; holds the GIL."""
 
 
 class BackendTable(MutableMapping[str, "type[Runtime]"]):
@@ -56,4 +70,4 @@ class BackendTable(MutableMapping[str, "type[Runtime]"]):
 
 BACKENDS = BackendTable(BACKEND_PATHS)
 
-__all__ = ["BACKENDS", "BACKEND_PATHS", "BackendTable"]
+__all__ = ["BACKENDS", "BACKEND_PATHS", "AotiInterface", "BackendTable"]

@@ -31,10 +31,10 @@ MAX_TOKENS = 256
 BUCKETS = (16, 24, 32, 48, 64, 96, 128, 192, 256)
 """Sequence lengths a request is padded to: the smallest that fits its longest text. Few distinct
 shapes, so that dynamic batching can put requests together (it needs equal per-sample shapes),
-yet close enough that little is spent on padding: batched, a call's cost grows with its tokens
-(eager, batch 16, 1 thread: 3.5 ms per sentence at 16 tokens, 7.5 ms at 32), so a 20-token
-sentence padded to 24 instead of 32 saves a quarter. Unbatched, the call is dominated by
-reading the weights (13 ms at either width), so the width barely matters there."""
+yet close enough that little is spent on padding: batched, a call's cost grows about linearly
+with its tokens, so a 20-token sentence padded to 24 instead of 32 saves a quarter. Unbatched,
+the call is dominated by reading the weights, the same at either width, so the width barely
+matters there (docs/BENCHMARKS.md, "Batching over HTTP": the figures)."""
 DIMENSIONS = 384
 INSTALL_HINT = "pip install 'inferpool[minilm]'"
 

@@ -15,11 +15,11 @@ import pytest
 import torch
 
 from engine import BACKENDS, InferenceModule, InvalidInput, ModelLoadError, ModelSpec, RuntimeOptions, ServedModel
-from engine.backends import aoti_compile
+from engine.backends import AotiInterface
 from engine.backends.aoti import AotiRuntime
-from engine.backends.aoti_abi import DTYPE_CODES, AotiError, ArrayRefTensor, describe
-from engine.backends.aoti_runners import INTERFACES, MinimalArrayrefCaller
-from engine.options import AOTI_INTERFACES
+from engine.backends.aoti import compile as aoti_compile
+from engine.backends.aoti.abi import DTYPE_CODES, AotiError, ArrayRefTensor, describe
+from engine.backends.aoti.runners import INTERFACES, MinimalArrayrefCaller
 from engine.threads import ThreadPlan
 from engine.zoo.mlp import build
 
@@ -80,9 +80,9 @@ def rows(n: int, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal((n, 64)).astype(np.float32)
 
 
-def test_registered_and_interfaces_match_options():
+def test_registered_and_every_interface_has_a_loader_and_configs():
     assert BACKENDS["aoti"] is AotiRuntime
-    assert set(INTERFACES) == set(AOTI_INTERFACES)
+    assert set(INTERFACES) == set(aoti_compile.INDUCTOR_CONFIGS) == set(AotiInterface)
 
 
 def test_bad_interface_is_refused_with_a_fix():

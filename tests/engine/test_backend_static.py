@@ -11,8 +11,9 @@ from torch import nn
 
 from engine import BACKENDS, InferenceModule, ModelLoadError, RuntimeOptions, ServedModel, load_model
 from engine.backends.eager import EagerRuntime
-from engine.backends.static import BUFFER_SETS, StaticRuntime
-from engine.backends.static_memory import Buffers, Slot, assign_offsets
+from engine.backends.static import StaticRuntime
+from engine.backends.static.memory import Buffers, Slot, assign_offsets
+from engine.backends.static.runtime import BUFFER_SETS
 from engine.spec import ModelSpec
 from engine.threads import ThreadPlan
 from engine.zoo import digits, mlp

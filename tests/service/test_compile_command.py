@@ -11,7 +11,7 @@ import torch
 
 from cli.compile import artifacts
 from cli.main import main
-from engine.backends import aoti_compile
+from engine.backends.aoti import compile as aoti_compile
 from engine.options import RuntimeOptions
 
 

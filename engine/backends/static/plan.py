@@ -24,7 +24,7 @@ import sympy  # type: ignore[import-untyped]  # torch's own dependency, untyped
 import torch
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
-from engine.backends.static_ops import INPLACE, PREFERRED, first_matching, out_candidates, public
+from engine.backends.static.ops import INPLACE, PREFERRED, first_matching, out_candidates, public
 from engine.errors import ModelLoadError
 from engine.module import InferenceModule
 from engine.schema import Array

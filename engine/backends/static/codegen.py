@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from engine.backends.static_plan import Plan, PlanNode, Reg, concrete
+from engine.backends.static.plan import Plan, PlanNode, Reg, concrete
 from engine.schema import Array
 
 Forward = Callable[[Mapping[str, Array], Sequence[torch.Tensor]], dict[str, Array]]

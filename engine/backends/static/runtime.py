@@ -1,13 +1,14 @@
 """``static``: our own Static Runtime on torch.export graphs (shared plan, per-runtime buffers).
 
-``compile`` exports the model once, builds the immutable :class:`~engine.backends.static_plan.Plan`
+``compile`` exports the model once, builds the immutable :class:`~engine.backends.static.plan.Plan`
 (registers, constants stored once, nodes with pre-resolved callables) and generates one
 straight-line ``forward`` per option set (all of them, so ``compile`` needs no options and
 runtimes with different options can share it); it then checks every one against eager on
 the example inputs. A runtime owns only its buffers: for each input shape it has seen (the
-last ``BUFFER_SETS``), one slab carved into the tensors the ``out=`` variants write. Figures
-(docs/BENCHMARKS.md, "static backend"): 0.48x eager at batch 1 on the MLP, ~0.6x on the
-digits CNN; none of the four options changes the speed measurably on either.
+last ``BUFFER_SETS``), one slab carved into the tensors the ``out=`` variants write. It beats
+eager by dropping ``nn.Module.__call__`` and per-op Python dispatch, not by its buffers: none
+of the four options below changes the speed measurably (docs/BENCHMARKS.md, "static backend",
+has the figures against eager, torchscript and onnxruntime).
 
 Options (``RuntimeOptions``), as implemented here:
 
@@ -32,9 +33,9 @@ from typing import Any
 
 from engine.backends.base import Runtime
 from engine.backends.parity import Tolerance, eager_outputs, first_mismatch
-from engine.backends.static_codegen import EXECUTORS, Program, managed_nodes
-from engine.backends.static_memory import Buffers
-from engine.backends.static_plan import Plan, build_plan, export
+from engine.backends.static.codegen import EXECUTORS, Program, managed_nodes
+from engine.backends.static.memory import Buffers
+from engine.backends.static.plan import Plan, build_plan, export
 from engine.errors import ModelLoadError
 from engine.module import InferenceModule
 from engine.options import RuntimeOptions

@@ -1,7 +1,7 @@
 """AOTInductor: the model compiled ahead of time to a C++ library per batch size.
 
-``compile`` finds (or compiles and caches, see engine.backends.aoti_compile) one package per
-compiled batch size, loads each once (engine.backends.aoti_runners: weights once per
+``compile`` finds (or compiles and caches, see engine.backends.aoti.compile) one package per
+compiled batch size, loads each once (engine.backends.aoti.runners: weights once per
 package, however many runtimes) and checks each against eager on the example inputs, so that a
 corrupt, truncated or mismatched package is a ModelLoadError at load, never a wrong answer.
 
@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from engine.backends.aoti_compile import Package, ensure_packages
-from engine.backends.aoti_runners import INTERFACES, Caller, Shared
+from engine.backends.aoti.compile import Package, ensure_packages
+from engine.backends.aoti.runners import INTERFACES, Caller, Shared
 from engine.backends.base import Runtime
 from engine.backends.parity import Tolerance, eager_outputs, first_mismatch, random_inputs
 from engine.errors import ConfigError, InvalidInput, ModelLoadError
@@ -91,7 +91,8 @@ class AotiRuntime(Runtime):
     @classmethod
     def compile(cls, module: InferenceModule, options: RuntimeOptions) -> AotiArtifact:
         if options.aoti_interface not in INTERFACES:
-            raise ConfigError(f"aoti_interface {options.aoti_interface!r} is unknown; use one of {sorted(INTERFACES)}")
+            known = [str(name) for name in INTERFACES]
+            raise ConfigError(f"aoti_interface {options.aoti_interface!r} is unknown; use one of {known}")
         packages = {p.batch_size: p for p in ensure_packages(module, options)}
         shared = {size: _load(module, options, package) for size, package in packages.items()}
         for size, package in packages.items():
@@ -129,7 +130,7 @@ class AotiRuntime(Runtime):
                     f"[{size}, {', '.join(map(str, buffer.shape[1:]))}] {buffer.dtype}"
                 )
             # Copying into the runtime's buffer (which the compiled call reads in place) costs
-            # less than handing the library a new pointer per call (see aoti_runners).
+            # less than handing the library a new pointer per call (see engine.backends.aoti.runners).
             buffer[:rows] = array
             if rows < size:
                 buffer[rows:] = 0

@@ -1,7 +1,8 @@
 """The ``static`` backend's op resolution: which Python callable runs each exported op.
 
-``OpOverload.__call__`` goes through Python frames (~3 us a call on this machine); the public
-bindings (``torch._C._nn.linear``, ``torch.relu_``) parse their arguments in C++. Every
+``OpOverload.__call__`` goes through Python frames on every call; the public bindings
+(``torch._C._nn.linear``, ``torch.relu_``) parse their arguments in C++, a few µs less per call
+(docs/BENCHMARKS.md, "static backend"). Every
 candidate is kept only if it gives exactly the reference's result on the example values, so a
 binding that resolves to another overload, or an ``out=`` variant that resizes, is never used.
 """
@@ -18,7 +19,7 @@ import torch
 aten = torch.ops.aten
 
 # Where the public, fast Python bindings of aten functions live (the C++ arg parser, not
-# OpOverload.__call__'s Python frames: ~3 us less per call).
+# OpOverload.__call__'s Python frames).
 BINDINGS = tuple(getattr(torch._C, name) for name in ("_VariableFunctions", "_nn", "_special", "_linalg", "_fft"))
 # Elementwise unary ops whose result may overwrite their input when nobody reads it later.
 INPLACE: dict[Any, Callable[..., Any]] = {
@@ -33,9 +34,9 @@ FAST: dict[Any, Callable[..., Any]] = {aten.sym_size.int: torch.Tensor.size, ope
 
 
 def _max_pool2d_channels_last(x: torch.Tensor, *args: Any) -> torch.Tensor:
-    # PyTorch's NCHW max_pool2d kernel is the slow one on CPU from batch 2 up: on the digits
-    # CNN's [B, 32, 8, 8] 2x2 pool, NCHW vs channels-last incl. both layout copies was 14.0 vs
-    # 16.5 us at batch 1, 23.9 vs 21.2 at 2, 129 vs 49 at 8, 656 vs 37 (kernel only) at 32.
+    # PyTorch's NCHW max_pool2d kernel is the slow one on CPU from batch 2 up, by more the larger
+    # the batch; at batch 1 the two layout copies cost more than the faster kernel saves (the
+    # digits CNN's pool at batch 1, 2, 8 and 32: docs/BENCHMARKS.md, "static backend").
     if x.shape[0] == 1:
         return torch.max_pool2d(x, *args)
     pooled = torch.max_pool2d(x.contiguous(memory_format=torch.channels_last), *args)

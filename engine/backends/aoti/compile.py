@@ -4,7 +4,10 @@ cached by content hash (engine.compile_cache) so that a restart finds it instead
 AOTInductor packages have static shapes here: one package per compiled batch size, each
 exported with that batch baked in (engine.backends.aoti routes requests to them). The cache
 key covers the exported graph and every weight's bytes, the batch size, the interface and its
-inductor configs, and the machine (torch version, ISA): change any and the key changes.
+inductor configs, torch's intra-op thread count at compile time (Inductor generates OpenMP
+regions for it: none for one thread, so a package built for more would run a thread team in a
+process that serve forks after loading, see engine.threads.apply_loading_plan) and the machine
+(torch version, ISA): change any and the key changes.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from engine.backends import AotiInterface
 from engine.compile_cache import cache_dir, content_key, tensor_parts, write_atomically
 from engine.errors import ModelLoadError
 from engine.module import InferenceModule
@@ -32,19 +36,18 @@ log = logging.getLogger(__name__)
 Progress = Callable[[str], None]
 
 # Freezing is off, although the issue asked for it: it lowers linear/conv to mkldnn's
-# pointwise kernels, which made every call slower here (loadtest/bench_aoti_freezing.py, median
-# us/call frozen / frozen without weight prepacking / not frozen): MLP batch 1 72 / 73 / 23,
-# batch 32 105 / 105 / 69; digits CNN batch 1 136 / 136 / 46, batch 32 357 / 340 / 341.
+# pointwise kernels, which made every call slower on the MLP and the digits CNN, with or without
+# weight prepacking (loadtest/bench_aoti_freezing.py; figures in docs/BENCHMARKS.md, "Freezing").
 # The minimal ArrayRef interface needs BOTH of its flags: codegen/common.py picks the ArrayRef
 # wrapper (CppWrapperCpuArrayRef, which emits the V2 entry point) only when
 # allow_stack_allocation is set; with use_minimal_arrayref_interface alone the wrapper is unchanged.
 INDUCTOR_CONFIGS: dict[str, dict[str, object]] = {
-    "minimal_arrayref": {
+    AotiInterface.MINIMAL_ARRAYREF: {
         "freezing": False,
         "aot_inductor.use_minimal_arrayref_interface": True,
         "aot_inductor.allow_stack_allocation": True,
     },
-    "loader": {"freezing": False},
+    AotiInterface.LOADER: {"freezing": False},
 }
 
 
@@ -96,7 +99,8 @@ def export_at(module: InferenceModule, batch: int) -> torch.export.ExportedProgr
 
 def program_key(program: torch.export.ExportedProgram, batch: int, interface: str) -> str:
     configs = sorted(INDUCTOR_CONFIGS[interface].items())
-    return content_key([str(program.graph), str(batch), interface, repr(configs), *tensor_parts(program)])
+    threads = f"threads={torch.get_num_threads()}"  # what compile_package, next, generates code for
+    return content_key([str(program.graph), str(batch), interface, repr(configs), threads, *tensor_parts(program)])
 
 
 def package_path(directory: Path, name: str, batch: int, key: str) -> Path:
@@ -126,7 +130,7 @@ def ensure_packages(module: InferenceModule, options: RuntimeOptions, progress: 
             progress(f"{module.name!r} batch {batch}: cached {path}")
             packages.append(Package(batch, path))
             continue
-        progress(f"{module.name!r} batch {batch}: compiling with AOTInductor ({interface}); takes 15-60 s ...")
+        progress(f"{module.name!r} batch {batch}: compiling with AOTInductor ({interface}); takes tens of seconds ...")
         started = time.perf_counter()
         try:
             write_atomically(path, partial(compile_package, program, interface=interface))

@@ -2,7 +2,7 @@
 
 Two interfaces, picked by ``RuntimeOptions.aoti_interface`` from ``INTERFACES``:
 
-- ``minimal_arrayref``: the package's ``.so`` opened with ctypes (engine.backends.aoti_abi).
+- ``minimal_arrayref``: the package's ``.so`` opened with ctypes (engine.backends.aoti.abi).
   PyTorch's container runner loads the weights once; every runtime creates its own model
   instance (own activations) over those same weight tensors, and calls
   ``AOTInductorModelRunMinimalArrayrefInterfaceV2`` with descriptors that point, zero-copy, at
@@ -14,10 +14,11 @@ Two interfaces, picked by ``RuntimeOptions.aoti_interface`` from ``INTERFACES``:
 
 A caller (one per runtime and compiled size) owns input buffers of exactly the compiled
 shape: fill ``caller.inputs``, call it, and get outputs that the caller of ``run`` owns.
-Per-call Python is what separates this path from the raw C call. On the MLP at batch 1 a
-first version (input pointer from ``ndarray.ctypes`` and ctypes.memmove per output, each call)
-added 11 µs to an 18.6 µs raw call; fixed descriptors and cached output views add 3.6 µs to a
-16.6 µs one (same run: PyTorch's loader 17.5 µs raw, 23.4 µs through its runtime).
+Per-call Python is what separates this path from the raw C call, so nothing is rebuilt per
+call: the input descriptors are built once over buffers the caller owns, and the views of the
+library's outputs are cached per address. A first version that took the input pointer from
+``ndarray.ctypes`` and ``ctypes.memmove``d each output on every call added several times as
+much (docs/BENCHMARKS.md, "aoti backend": the bare call, the caller and ``runtime.run``).
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from engine.backends.aoti_abi import (
+from engine.backends import AotiInterface
+from engine.backends.aoti.abi import (
     DTYPE_CODES,
     AotiError,
     ArrayRefTensor,
@@ -41,7 +43,7 @@ from engine.backends.aoti_abi import (
     check_elf,
     describe,
 )
-from engine.backends.aoti_compile import static_shape
+from engine.backends.aoti.compile import static_shape
 from engine.schema import Schema
 
 # Output storage is a fresh tensor per call whose address the allocator recycles (7 distinct
@@ -179,6 +181,6 @@ def load_loader(package: Path, batch: int, schema: Schema, runners: int) -> Shar
 
 
 INTERFACES: dict[str, Callable[[Path, int, Schema, int], Shared]] = {
-    "minimal_arrayref": load_minimal,
-    "loader": load_loader,
+    AotiInterface.MINIMAL_ARRAYREF: load_minimal,
+    AotiInterface.LOADER: load_loader,
 }
