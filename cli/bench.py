@@ -38,10 +38,14 @@ from cli.argv import config_argument, refuse, settings_from_argv
 from cli.bench_report import format_table, summarize
 from config import Settings
 from engine import ConfigError, EngineError, ServedModel
-from service.bench_client import REFERENCE, KeepAlive, json_request, serve_subprocess, v2_binary_request
+from harness.client import KeepAlive
+from harness.payloads import Payload, json_request, v2_request
+from harness.server import inferpool_serve, launch, python_module
 from service.host import plans, sized
 
 REFERENCE_PHASE = "bare_asgi"  # reported apart from the server's own phases
+SERVE = (sys.executable, "-m", "cli.main")  # this interpreter's InferPool, whatever is on PATH
+REFERENCE = "service.bench_reference"  # the bare ASGI app the bench compares with
 Phase = Callable[[int, float], list[float]]
 """(most calls, seconds allowed) -> seconds per call."""
 
@@ -91,7 +95,8 @@ def bench_main(argv: list[str]) -> int:
         report = run(settings, serve_args, limits, inputs)
     except (EngineError, RuntimeError, TimeoutError, ConnectionError) as exc:
         # EngineError: the model cannot load or run here (ConfigError, ModelLoadError, ...).
-        print(f"inferpool bench: {exc}", file=sys.stderr)
+        hint = "\n(raise --ready-timeout to wait longer)" if isinstance(exc, TimeoutError) else ""
+        print(f"inferpool bench: {exc}{hint}", file=sys.stderr)
         return 2 if isinstance(exc, EngineError) else 1
     print(json.dumps(report, indent=1) if args.json else format_table(report))
     return 0
@@ -114,16 +119,17 @@ def run(settings: Settings, serve_args: list[str], limits: Limits, inputs: objec
     if chosen != plan.options.backend:
         # ``auto`` chose here; the server must serve that same backend, not time its own pick.
         serve_args = [*serve_args, "--runtime.backend", chosen]
+    ready = limits.ready_timeout
     try:
         with (
-            serve_subprocess(serve_args, limits.ready_timeout) as port,
-            serve_subprocess(serve_args, limits.ready_timeout, REFERENCE) as reference_port,
+            launch(inferpool_serve(*serve_args, program=SERVE), name="the server", ready_timeout=ready) as server,
+            launch(python_module(REFERENCE, *serve_args), name="the reference", ready_timeout=ready) as bare_app,
             asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner,
         ):
-            client, reference = KeepAlive(port), KeepAlive(reference_port)
+            client, reference = KeepAlive(server.port), KeepAlive(bare_app.port)
             try:
                 phases = _phases(served, payload, client, runner)
-                phases.order[REFERENCE_PHASE] = _http_phase(reference, reference.build("POST", *json_request(payload)))
+                phases.order[REFERENCE_PHASE] = _http_phase(reference, reference.encode(json_request(payload)))
                 times = _interleave(phases, limits)
                 facts = _server_facts(client, served.name)
                 if facts["backend"] != chosen:
@@ -151,9 +157,12 @@ def _phases(served: ServedModel, payload: object, client: KeepAlive, runner: asy
     phases.order["engine"] = lambda count, budget: runner.run(engine(count, budget))
     requests = {"http_json": json_request(payload)}
     if served.handler is None:
-        requests["http_v2_binary"] = v2_binary_request(served.name, served.schema, served.module.example_inputs)
-    for name, (path, body, headers) in requests.items():
-        phases.order[name] = _http_phase(client, client.build("POST", path, body, headers))
+        examples = served.module.example_inputs
+        inputs = {spec.name: examples[spec.name] for spec in served.schema.inputs}
+        outputs = [spec.name for spec in served.schema.outputs]
+        requests["http_v2_binary"] = v2_request(served.name, inputs, outputs)
+    for name, request in requests.items():
+        phases.order[name] = _http_phase(client, client.encode(request))
     return phases
 
 
@@ -206,7 +215,7 @@ def _interleave(phases: Phases, limits: Limits) -> dict[str, list[float]]:
 
 def _server_facts(client: KeepAlive, model: str) -> dict[str, Any]:
     """What the server says it runs (its choices when the settings say ``auto``)."""
-    status, body = client.exchange(client.build("GET", f"/v2/models/{model}/config"))
+    status, body = client.exchange(client.encode(Payload(f"/v2/models/{model}/config", method="GET")))
     if status != 200:
         raise RuntimeError(f"GET /v2/models/{model}/config answered {status}")
     facts: dict[str, Any] = json.loads(body)

@@ -24,9 +24,9 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from loadtest.openloop import PAYLOADS, RunConfig, run_one
-from loadtest.procs import free_port, launch
-from loadtest.server import INFERPOOL
+from harness.payloads import PAYLOADS
+from harness.server import inferpool_serve, launch
+from loadtest.openloop import RunConfig, run_one
 
 SUITES: dict[str, tuple[list[str], str, tuple[int, ...]]] = {
     # name: (extra serve args, payload, max_batch_size values)
@@ -50,9 +50,8 @@ def main() -> None:
         with contextlib.ExitStack() as stack:
             servers = {}
             for size in sizes:
-                port = free_port()
-                argv = [INFERPOOL, "serve", "--port", str(port), *serve_args, "--runtime.max-batch-size", str(size)]
-                servers[size] = stack.enter_context(launch(f"{suite}-b{size}", argv, args.out, port=port))
+                command = inferpool_serve(*serve_args, "--runtime.max-batch-size", str(size))
+                servers[size] = stack.enter_context(launch(command, args.out, name=f"{suite}-b{size}"))
             for repeat in range(args.repeats):
                 for size in sizes if repeat % 2 == 0 else sizes[::-1]:
                     server = servers[size]

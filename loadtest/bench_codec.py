@@ -23,7 +23,7 @@ import numpy as np
 import orjson
 
 from engine import InferenceModule, load_model
-from loadtest.server import run_server, wait_ready
+from harness.server import run_server, wait_ready
 from service.codec import decode_inputs, encode_json
 from service.v2codec import encode_response, parse_request
 

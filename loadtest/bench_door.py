@@ -10,24 +10,17 @@ connections, cycling ``/predict`` JSON, v2 JSON and v2 binary; after each run, t
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 from pathlib import Path
 
 import httpx2
 
-from loadtest import openloop, wrk
-from loadtest.procs import inferpool_argv, launch
-from loadtest.server import free_port, metric_total
+from harness.metrics import metric_total
+from harness.payloads import digits_json, digits_v2_binary, digits_v2_json
+from harness.server import inferpool_serve, launch
+from loadtest import wrk
 
-
-def v2_json() -> openloop.Payload:
-    tensor = {"name": "image", "shape": [1, 1, 8, 8], "datatype": "FP32", "data": [0.0] * 64}
-    body = json.dumps({"inputs": [tensor]}).encode()
-    return openloop.Payload("/v2/models/digits/infer", body, (("content-type", "application/json"),))
-
-
-PAYLOADS = {"predict-json": openloop.digits_json, "v2-json": v2_json, "v2-binary": openloop.digits_v2_binary}
+PAYLOADS = {"predict-json": digits_json, "v2-json": digits_v2_json, "v2-binary": digits_v2_binary}
 
 
 def total(url: str, name: str, **labels: str) -> float:
@@ -42,10 +35,10 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--connections", type=int, default=64)
     args = parser.parse_args()
-    scratch, port = Path(tempfile.mkdtemp(prefix="bench-door-")), free_port()
+    scratch = Path(tempfile.mkdtemp(prefix="bench-door-"))
     serve = ("--workers", "1", "--runtime.num-runtimes", "2", "--max-queue", "64",
              "--runtime.backend", args.backend, "--runtime.dispatch", args.dispatch)  # fmt: skip
-    with launch("door", inferpool_argv(port, *serve), scratch, port=port) as server:
+    with launch(inferpool_serve(*serve), scratch, name="door") as server:
         capacity = httpx2.get(server.url + "/v2/models/digits/config").json()["capacity"]
         print(f"capacity {capacity}, {args.connections} connections, {' '.join(serve)}")
         for round_ in range(args.rounds):

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from engine import RuntimeOptions, ServedModel
-from loadtest.server import run_server, wait_ready
+from harness.server import run_server, wait_ready
 
 SAMPLE = np.random.default_rng(0).integers(0, 17, size=(1, 8, 8)).tolist()
 VARIANTS: dict[str, list[str]] = {

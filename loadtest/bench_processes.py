@@ -19,9 +19,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness.payloads import PAYLOADS
+from harness.server import inferpool_serve, launch
 from loadtest import openloop
-from loadtest.procs import inferpool_argv, launch, tree, tree_pss_bytes
-from loadtest.server import free_port
+from loadtest.procs import tree, tree_pss_bytes
 
 SCENARIOS: dict[str, tuple[tuple[str, ...], str, int]] = {
     # name: (serve arguments, payload, clients)
@@ -32,11 +33,10 @@ SCENARIOS: dict[str, tuple[tuple[str, ...], str, int]] = {
 
 
 def measure(name: str, args: tuple[str, ...], payload: str, clients: int, seconds: float, logs: Path) -> dict[str, Any]:
-    port = free_port()
     started = time.monotonic()
-    with launch(name, inferpool_argv(port, *args), logs, port=port, ready_timeout=300) as server:
+    with launch(inferpool_serve(*args), logs, name=name, ready_timeout=300) as server:
         ready_s = time.monotonic() - started
-        config = openloop.RunConfig(server.url, openloop.PAYLOADS[payload](), duration=seconds, warmup=1.0,
+        config = openloop.RunConfig(server.url, PAYLOADS[payload](), duration=seconds, warmup=1.0,
                                     concurrency=clients, label=name)  # fmt: skip
         run = openloop.run_one(config, server.process.pid)
         pss = tree_pss_bytes(server.process.pid)

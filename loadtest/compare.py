@@ -35,15 +35,14 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from engine import BACKENDS
+from harness.payloads import PAYLOADS
+from harness.server import REPO_ROOT, Command, inferpool_serve, launch
 from loadtest import openloop, wrk
-from loadtest.procs import free_port, inferpool_argv, launch
-from loadtest.server import REPO_ROOT
 
 SEEN = ("eager", "onnxruntime")  # backends with their own variants above; newer ones get one each
 
@@ -51,17 +50,16 @@ SEEN = ("eager", "onnxruntime")  # backends with their own variants above; newer
 @dataclass
 class Variant:
     name: str
-    argv: Callable[[int], list[str]]
+    argv: Command
     payload: str = "digits-json"
     ready_path: str = "/health/ready"
     env: dict[str, str] | None = None
 
 
 def variants(litserve_python: str | None) -> list[Variant]:
-    def ip(*args: str) -> Callable[[int], list[str]]:
-        return lambda port: inferpool_argv(port, *args)
+    ip = inferpool_serve
 
-    def baseline(workers: int) -> Callable[[int], list[str]]:
+    def baseline(workers: int) -> Command:
         module = "loadtest.peers.fastapi_baseline"
         return lambda port: [sys.executable, "-m", module, "--port", str(port), "--workers", str(workers)]
 
@@ -89,7 +87,7 @@ def variants(litserve_python: str | None) -> list[Variant]:
     if litserve_python and Path(litserve_python).exists():
         script = str(REPO_ROOT / "loadtest" / "peers" / "litserve_digits.py")
 
-        def litserve(workers: int, batch: int) -> Callable[[int], list[str]]:
+        def litserve(workers: int, batch: int) -> Command:
             extra = ["--workers", str(workers), "--max-batch-size", str(batch)]
             return lambda port: [litserve_python, script, "--port", str(port), *extra]
 
@@ -105,17 +103,16 @@ def variants(litserve_python: str | None) -> list[Variant]:
 def run_variant(
     variant: Variant, concurrency: list[int], pin: bool, log_dir: Path, generator: str = "python", **options: Any
 ) -> list[dict[str, Any]]:
-    port = free_port()
     previous = os.sched_getaffinity(0)
     runs = []
     with launch(
-        variant.name, variant.argv(port), log_dir, port=port, ready_path=variant.ready_path,
-        cpus=[1] if pin else None, env=variant.env,
+        variant.argv, log_dir, name=variant.name, ready_path=variant.ready_path, cpus=[1] if pin else None,
+        env=variant.env,
     ) as server:  # fmt: skip
         if pin:
             os.sched_setaffinity(0, {0})
         try:
-            payload = openloop.PAYLOADS[variant.payload]()
+            payload = PAYLOADS[variant.payload]()
             for c in concurrency:
                 if generator == "wrk":
                     run = wrk.run_one(server.url, payload, c, label=variant.name, server_pid=server.process.pid,

@@ -34,9 +34,12 @@ from typing import Any
 import httpx2
 import numpy as np
 
-from loadtest.openloop import PAYLOADS, RunConfig, _loop_runner, _percentiles, _run
-from loadtest.procs import free_port, launch, tree_rss_bytes
-from loadtest.server import INFERPOOL
+from harness.payloads import PAYLOADS
+from harness.server import inferpool_serve, launch
+from loadtest.openloop.schedule import RunConfig, run
+from loadtest.openloop.stats import percentiles
+from loadtest.openloop.sweep import loop_runner
+from loadtest.procs import tree_rss_bytes
 
 SERVER_CPU, GENERATOR_CPU = 1, 0
 
@@ -64,8 +67,8 @@ class RssSampler(threading.Thread):
 def capacity(url: str, payload_name: str) -> float:
     """Requests/s the server sustains under a closed loop of 8 connections (5 s, 1 s warm-up)."""
     config = RunConfig(url, PAYLOADS[payload_name](), duration=5, warmup=1, concurrency=8)
-    with _loop_runner() as runner:
-        record, t0, t_end = runner.run(_run(config))
+    with loop_runner() as runner:
+        record, t0, t_end = runner.run(run(config))
     done, status = np.asarray(record.done), np.asarray(record.status)
     window = (done >= t0 + config.warmup) & (done <= t_end) & (status == 200)
     return float(np.count_nonzero(window)) / config.duration
@@ -78,8 +81,8 @@ def overload(url: str, payload_name: str, rate: float, seconds: float, deadline_
     # each within about its deadline), or the generator, not the server, would hold requests back.
     connections = max(8, min(1024, round(rate * deadline_ms / 1e3 * 2)))
     config = RunConfig(url, payload, duration=seconds, warmup=2, rate=rate, drain=5, connections=connections)
-    with _loop_runner() as runner:
-        record, t0, _ = runner.run(_run(config))
+    with loop_runner() as runner:
+        record, t0, _ = runner.run(run(config))
     intended, sent = np.asarray(record.intended), np.asarray(record.sent)
     done, status = np.asarray(record.done), np.asarray(record.status, dtype=np.int64)
     measured = intended >= t0 + config.warmup
@@ -94,11 +97,11 @@ def overload(url: str, payload_name: str, rate: float, seconds: float, deadline_
         "failures": sum(v for k, v in counts.items() if k not in (200, 503, 504)),
         "unanswered": len(record.started) - len(record.done),
         "admitted_rps": round(float(np.count_nonzero(ok)) / seconds, 1),
-        "admitted_ms_from_send": _percentiles(admitted_ms),
+        "admitted_ms_from_send": percentiles(admitted_ms),
         "admitted_late_share": round(float(np.mean(admitted_ms > deadline_ms)), 5) if admitted_ms.size else None,
-        "rejected_ms_from_send": _percentiles((done[rejected] - sent[rejected]) * 1e3),
-        "rejected_ms_from_intended": _percentiles((done[rejected] - intended[rejected]) * 1e3),
-        "send_lag_ms": _percentiles((sent[measured] - intended[measured]) * 1e3),
+        "rejected_ms_from_send": percentiles((done[rejected] - sent[rejected]) * 1e3),
+        "rejected_ms_from_intended": percentiles((done[rejected] - intended[rejected]) * 1e3),
+        "send_lag_ms": percentiles((sent[measured] - intended[measured]) * 1e3),
         # When in the run slow refusals happened: a steady tail or a few stalls.
         "rejected_p99_ms_by_second": _by_second(intended[rejected] - t0, (done[rejected] - sent[rejected]) * 1e3),
     }
@@ -123,12 +126,10 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="write overload.json here")
     args = parser.parse_args()
 
-    port = free_port()
     log_dir = args.out or Path("/tmp")
     log_dir.mkdir(parents=True, exist_ok=True)
-    argv = [INFERPOOL, "serve", "--host", "127.0.0.1", "--port", str(port), *args.server_args]
     os.sched_setaffinity(0, {GENERATOR_CPU})
-    with launch("inferpool", argv, log_dir, port=port, cpus=[SERVER_CPU]) as server:
+    with launch(inferpool_serve(*args.server_args), log_dir, name="inferpool", cpus=[SERVER_CPU]) as server:
         measured = args.capacity or capacity(server.url, args.payload)
         rss = RssSampler(server.process.pid)
         rss.start()

@@ -1,21 +1,16 @@
-"""Server processes for load tests: start one (optionally pinned to CPUs), and read its whole
-process tree's RSS and CPU time from /proc. Linux only; 127.0.0.1 only."""
+"""A server's whole process tree read from /proc: its members, RSS, PSS, CPU time, threads and
+open file descriptors, and a thread that samples them. Linux only. (``harness.server`` starts
+the servers.)"""
 
 from __future__ import annotations
 
 import contextlib
 import os
-import signal
-import subprocess
+import threading
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
-
-import httpx2
-
-from loadtest.server import REPO_ROOT, Server, free_port
+from typing import Any
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -75,76 +70,35 @@ def tree_cpu_seconds(pid: int) -> float:
     return total / CLOCK_TICKS
 
 
-@dataclass
-class Proc(Server):
-    """A started server (InferPool or a peer) with the name it is reported under."""
+def tree_counts(pid: int) -> dict[str, int]:
+    """RSS (KiB), threads and open file descriptors summed over the process tree (a supervisor
+    and every serving process it forked)."""
+    threads = fds = 0
+    for member in tree(pid):
+        with contextlib.suppress(OSError):  # a process that exited meanwhile
+            threads += len(os.listdir(f"/proc/{member}/task"))
+            fds += len(os.listdir(f"/proc/{member}/fd"))
+    return {"rss_kb": tree_rss_bytes(pid) // 1024, "threads": threads, "fds": fds}
 
-    name: str = ""
 
+class Sampler(threading.Thread):
+    """``measure(pid)`` at once and then every ``interval`` seconds until ``stop()``; each sample
+    is ``{"t": seconds since the start, **figures}``."""
 
-@contextmanager
-def launch(
-    name: str,
-    argv: Sequence[str],
-    log_dir: Path,
-    *,
-    port: int,
-    ready_path: str = "/health/ready",
-    cpus: Sequence[int] | None = None,
-    env: dict[str, str] | None = None,
-    ready_timeout: float = 120.0,
-) -> Iterator[Proc]:
-    """Run ``argv`` (which must listen on 127.0.0.1:``port``) until ``ready_path`` answers 200.
-    ``cpus`` pins it (and every process and thread it starts) with ``taskset``."""
-    prefix = ["taskset", "-c", ",".join(map(str, cpus))] if cpus else []
-    log = log_dir / f"{name.replace(' ', '_').replace('/', '_')}-{port}.log"
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            [*prefix, *argv],
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO_ROOT), **(env or {})},
-            start_new_session=True,
-        )
-    proc = Proc(f"http://127.0.0.1:{port}", process, log, name)
-    try:
-        deadline = time.monotonic() + ready_timeout
+    def __init__(self, pid: int, interval: float, measure: Callable[[int], dict[str, Any]] = tree_counts) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.interval, self.measure = pid, interval, measure
+        self.samples: list[dict[str, Any]] = []
+        self.started_at = time.monotonic()
+        self._finished = threading.Event()
+
+    def run(self) -> None:
         while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"{name} exited with {process.returncode}:\n{proc.output()[-4000:]}")
-            try:
-                if httpx2.get(proc.url + ready_path, timeout=2).status_code == 200:
-                    break
-            except httpx2.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{name} not ready in {ready_timeout}s:\n{proc.output()[-4000:]}")
-            time.sleep(0.1)
-        yield proc
-    finally:
-        # The whole session: some servers (LitServe) leave their worker processes behind when
-        # only the parent is terminated.
-        _signal_group(process.pid, signal.SIGTERM)
-        try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
-        time.sleep(0.5)
-        _signal_group(process.pid, signal.SIGKILL)
+            self.samples.append({"t": round(time.monotonic() - self.started_at, 2), **self.measure(self.pid)})
+            if self._finished.wait(self.interval):
+                return
 
-
-def _signal_group(pgid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
-
-
-def inferpool_argv(port: int, *args: str) -> list[str]:
-    from loadtest.server import INFERPOOL
-
-    return [INFERPOOL, "serve", "--host", "127.0.0.1", "--port", str(port), *args]
-
-
-__all__ = [
-    "Proc", "free_port", "inferpool_argv", "launch", "tree", "tree_cpu_seconds", "tree_pss_bytes", "tree_rss_bytes",
-]  # fmt: skip
+    def stop(self) -> list[dict[str, Any]]:
+        self._finished.set()
+        self.join()
+        return self.samples

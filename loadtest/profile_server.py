@@ -24,9 +24,10 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
+from harness.payloads import digits_json
+from harness.server import Command, launch
 from loadtest.compare import variants
-from loadtest.openloop import digits_json
-from loadtest.procs import free_port, launch, tree_cpu_seconds
+from loadtest.procs import tree_cpu_seconds
 
 PY_SPY = str(Path(sys.executable).with_name("py-spy"))
 # Innermost match wins: the first pattern (in this order) found walking from the leaf up.
@@ -89,9 +90,9 @@ def wrk(url: str, lua: Path, concurrency: int, seconds: float) -> dict[str, floa
     return {"requests": requests, "rps": rate, "non_2xx": int(errors.group(1)) if errors else 0}
 
 
-def profile(name: str, argv: list[str], port: int, args: argparse.Namespace, out: Path) -> dict[str, object]:
+def profile(name: str, command: Command, args: argparse.Namespace, out: Path) -> dict[str, object]:
     lua = out / "post.lua"
-    with launch(name, argv, out, port=port) as server:
+    with launch(command, out, name=name) as server:
         wrk(server.url, lua, args.concurrency, 3)  # warm-up
         stacks = out / f"{name.replace(' ', '_')}.txt"
         spy = [PY_SPY, "record", "-r", str(args.rate), "-d", f"{args.duration:g}", "--format", "raw", "-o", str(stacks)]
@@ -130,8 +131,7 @@ def main() -> None:
     for variant in variants(None):
         if variant.payload != "digits-json" or not any(w == variant.name.lower() for w in wanted):
             continue
-        port = free_port()
-        results.append(profile(variant.name, variant.argv(port), port, args, out))
+        results.append(profile(variant.name, variant.argv, args, out))
         print(json.dumps(results[-1]), flush=True)
     (out / "profile.json").write_text(json.dumps(results, indent=1))
     names = sorted({k for r in results for k in r["sampled_us_per_request"]})  # type: ignore[attr-defined]

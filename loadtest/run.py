@@ -37,8 +37,10 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from harness.payloads import PAYLOADS
+from harness.server import inferpool_serve, launch
 from loadtest import openloop
-from loadtest.procs import free_port, inferpool_argv, launch
+from loadtest.openloop.cli import floats
 
 LOAD_KEYS = {"payload", "rates", "concurrency", "duration", "warmup", "pin", "drain", "max_requests"}
 
@@ -49,8 +51,8 @@ def load_scenario(path: Path) -> dict[str, Any]:
     unknown = set(load) - LOAD_KEYS
     if unknown:
         raise ValueError(f"{path}: unknown [load] keys {sorted(unknown)}")
-    if load.get("payload", "digits-json") not in openloop.PAYLOADS:
-        raise ValueError(f"{path}: payload must be one of {sorted(openloop.PAYLOADS)}")
+    if load.get("payload", "digits-json") not in PAYLOADS:
+        raise ValueError(f"{path}: payload must be one of {sorted(PAYLOADS)}")
     if not load.get("rates") and not load.get("concurrency"):
         raise ValueError(f"{path}: [load] needs rates (open loop) or concurrency (closed loop)")
     scenario.setdefault("name", path.stem)
@@ -72,9 +74,7 @@ def run_scenario(scenario: dict[str, Any], out: Path, log_dir: Path | None = Non
     load = scenario["load"]
     out.mkdir(parents=True, exist_ok=True)
     pin = bool(load.get("pin", False))
-    port = free_port()
-    argv = inferpool_argv(port, *scenario["server"]["args"])
-    payload = openloop.PAYLOADS[load.get("payload", "digits-json")]()
+    payload = PAYLOADS[load.get("payload", "digits-json")]()
     label = scenario["name"] + (" pinned" if pin else "")
     loads: list[tuple[float | None, int | None]] = [(float(r), None) for r in load.get("rates", [])]
     loads += [(None, int(c)) for c in load.get("concurrency", [])]
@@ -83,7 +83,10 @@ def run_scenario(scenario: dict[str, Any], out: Path, log_dir: Path | None = Non
     interrupted = False
     try:
         # launch() stops the server's whole session on the way out, whatever interrupts it.
-        with launch(scenario["name"], argv, log_dir or out, port=port, cpus=[1] if pin else None) as server:
+        with launch(
+            inferpool_serve(*scenario["server"]["args"]), log_dir or out, name=scenario["name"],
+            cpus=[1] if pin else None,
+        ) as server:  # fmt: skip
             if pin:
                 os.sched_setaffinity(0, {0})
             try:
@@ -118,7 +121,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="results directory (default: new one under /tmp)")
     parser.add_argument("--duration", type=float, default=None)
     parser.add_argument("--warmup", type=float, default=None)
-    parser.add_argument("--rates", type=openloop._floats, default=None)
+    parser.add_argument("--rates", type=floats, default=None)
     parser.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",") if x], default=None)
     parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=None)
     args = parser.parse_args()

@@ -25,9 +25,7 @@ summary; exits 1 if any response was unexpected.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
 import random
 import statistics
 import tempfile
@@ -42,8 +40,9 @@ from typing import Any
 import httpx2
 import numpy as np
 
-from loadtest.procs import tree, tree_rss_bytes
-from loadtest.server import Server, run_server, wait_ready
+from harness.payloads import Payload, json_request, v2_request
+from harness.server import Server, run_server, wait_ready
+from loadtest.procs import Sampler, tree_counts
 
 MAX_BODY_BYTES = 65_536
 IMAGES = np.random.default_rng(0).integers(0, 17, size=(16, 1, 8, 8)).astype(np.float32)
@@ -69,6 +68,10 @@ class Call:
     answer: str = ""
     """How to read a 200: predict, v2json, v2binary, metrics, ready."""
 
+    @classmethod
+    def of(cls, payload: Payload, expect: frozenset[int], **kw: Any) -> Call:
+        return cls(payload.method, payload.path, expect, payload.body, dict(payload.headers), **kw)
+
 
 OK = frozenset({200})
 DEADLINE = frozenset({503, 504})
@@ -78,41 +81,16 @@ def _json(value: object) -> bytes:
     return json.dumps(value, separators=(",", ":")).encode()
 
 
-def _v2_header(indices: list[int], binary_in: bool, binary_out: bool, **parameters: object) -> dict[str, Any]:
-    tensor: dict[str, Any] = {"name": "image", "shape": [len(indices), 1, 8, 8], "datatype": "FP32"}
-    if binary_in:
-        tensor["parameters"] = {"binary_data_size": 256 * len(indices)}
-    else:
-        tensor["data"] = IMAGES[indices].reshape(-1).tolist()
-    header: dict[str, Any] = {
-        "inputs": [tensor],
-        "outputs": [{"name": "label", "parameters": {"binary_data": binary_out}}],
-    }
-    if parameters:
-        header["parameters"] = parameters
-    return header
-
-
 def _v2_call(indices: list[int], binary: bool, expect: frozenset[int] = OK, **parameters: object) -> Call:
-    head = _json(_v2_header(indices, binary, binary, **parameters))
-    if not binary:
-        return Call("POST", "/v2/models/digits/infer", expect, head, images=indices, answer="v2json")
-    return Call(
-        "POST",
-        "/v2/models/digits/infer",
-        expect,
-        head + IMAGES[indices].tobytes(),
-        {"Inference-Header-Content-Length": str(len(head)), "content-type": "application/octet-stream"},
-        images=indices,
-        answer="v2binary",
-    )
+    payload = v2_request("digits", {"image": IMAGES[indices]}, ["label"], binary=binary, **parameters)
+    return Call.of(payload, expect, images=indices, answer="v2binary" if binary else "v2json")
 
 
 def _predict(inputs: object, expect: frozenset[int] = OK, timeout_ms: str | None = None, **kw: Any) -> Call:
-    headers = {"content-type": "application/json"}
+    call = Call.of(json_request(inputs), expect, **kw)
     if timeout_ms is not None:
-        headers["X-Request-Timeout-Ms"] = timeout_ms
-    return Call("POST", "/predict", expect, _json({"inputs": inputs}), headers, **kw)
+        call.headers["X-Request-Timeout-Ms"] = timeout_ms
+    return call
 
 
 def _bad(path: str, content: bytes, expect: int = 400, **headers: str) -> Call:
@@ -224,17 +202,6 @@ def check(call: Call, response: httpx2.Response, labels: dict[int, int]) -> str 
         return f"unreadable 200 answer: {exc!r}"
     want = [labels[i] for i in call.images]
     return None if got == want else f"labels {got}, expected {want} (answers crossed?)"
-
-
-def sample(pid: int) -> dict[str, int]:
-    """RSS, threads and open file descriptors summed over the server's process tree (the
-    supervisor and every serving process it forked)."""
-    threads = fds = 0
-    for member in tree(pid):
-        with contextlib.suppress(OSError):  # a process that exited meanwhile
-            threads += len(os.listdir(f"/proc/{member}/task"))
-            fds += len(os.listdir(f"/proc/{member}/fd"))
-    return {"rss_kb": tree_rss_bytes(pid) // 1024, "threads": threads, "fds": fds}
 
 
 @dataclass
@@ -362,26 +329,15 @@ def soak(
         warm = warm_up(http_clients, labels, warmup, seed)
         metrics_start = metrics_size(http_clients[0])
 
-        samples: list[dict[str, Any]] = []
-        done = threading.Event()
-        began = time.monotonic()
-
-        def sampler() -> None:
-            while True:
-                samples.append({"t": round(time.monotonic() - began, 2), **sample(pid)})
-                if done.wait(sample_every):
-                    return
-
         tally = Tally()
-        watcher = threading.Thread(target=sampler)
-        watcher.start()
+        sampler = Sampler(pid, sample_every, tree_counts)
+        sampler.start()
         # Clients stop a little after the last sample, so every sample sees the same traffic.
         run_clients(http_clients, labels, tally, seconds, max_requests, seed)
-        elapsed = time.monotonic() - began
-        done.set()
-        watcher.join()
+        elapsed = time.monotonic() - sampler.started_at
+        samples = sampler.stop()
         metrics_end = metrics_size(http_clients[0])
-        after = sample(pid)
+        after = tree_counts(pid)
     finally:
         for http in http_clients:
             http.close()

@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from loadtest.openloop import CDF_POINTS, Payload
+from harness.payloads import Payload
+from loadtest.openloop.stats import CDF_POINTS
 from loadtest.procs import tree_cpu_seconds, tree_rss_bytes
 
 WRK = shutil.which("wrk") or "wrk"

@@ -13,8 +13,9 @@ from pathlib import Path
 import httpx2
 import pytest
 
+from harness.payloads import PAYLOADS, digits_json
+from harness.server import launch, python_module
 from loadtest import openloop
-from loadtest.procs import free_port
 from loadtest.run import load_scenario, run_scenario
 
 SERVICE_MS = 20.0
@@ -24,31 +25,14 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def sleepy() -> Iterator[str]:
     """A server answering every request 200 after SERVICE_MS (requests overlap)."""
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "loadtest.tiny_server", "--port", str(port), "--sleep-ms", str(SERVICE_MS)],
-        cwd=REPO_ROOT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                httpx2.get(url + "/", timeout=1)
-                break
-            except httpx2.TransportError:
-                if time.monotonic() > deadline or process.poll() is not None:
-                    raise
-                time.sleep(0.05)
-        yield url
-    finally:
-        process.terminate()
-        process.wait(10)
+    command = python_module("loadtest.tiny_server", "--sleep-ms", str(SERVICE_MS))
+    with launch(command, name="tiny_server", ready_path="/", ready_answer=None, ready_timeout=20) as server:
+        yield server.url
 
 
 def _run(url: str, **options) -> dict:
     options = {"duration": 2.0, "warmup": 0.5, "drain": 5.0} | options
-    return openloop.run_one(openloop.RunConfig(url, openloop.digits_json(), **options))
+    return openloop.run_one(openloop.RunConfig(url, digits_json(), **options))
 
 
 def test_open_loop_keeps_the_offered_rate_and_measures_from_intended_times(sleepy):
@@ -105,13 +89,13 @@ def test_results_written(sleepy, tmp_path):
 
 def test_refuses_non_local_targets():
     with pytest.raises(ValueError, match=r"127\.0\.0\.1"):
-        openloop.run_one(openloop.RunConfig("http://example.com:80", openloop.digits_json(), rate=1, duration=0.1))
+        openloop.run_one(openloop.RunConfig("http://example.com:80", digits_json(), rate=1, duration=0.1))
 
 
 def test_scenarios_parse():
     for path in sorted((REPO_ROOT / "loadtest" / "scenarios").glob("*.toml")):
         scenario = load_scenario(path)
-        assert scenario["load"]["payload"] in openloop.PAYLOADS
+        assert scenario["load"]["payload"] in PAYLOADS
         assert scenario["load"].get("rates") or scenario["load"].get("concurrency")
 
 

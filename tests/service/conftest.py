@@ -7,7 +7,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from config import load_settings
-from loadtest.server import metric_total as metric_total  # re-exported: the service tests use it
+from harness.metrics import metric_total as metric_total  # re-exported: the service tests use it
 from service.app import create_app
 
 

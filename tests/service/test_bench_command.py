@@ -9,7 +9,7 @@ import pytest
 
 from cli.bench_report import LABELS, format_table
 from engine.threads import usable_cpus
-from loadtest.server import INFERPOOL
+from harness.server import INFERPOOL
 
 PHASES = ["bare", "engine", "http_json", "http_v2_binary"]
 

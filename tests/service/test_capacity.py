@@ -3,13 +3,12 @@ keep-alive clients), refuses fast beyond it, and its count returns to zero."""
 
 from __future__ import annotations
 
-import json
-
 import httpx2
 import pytest
 
+from harness.payloads import digits_json, digits_v2_binary, digits_v2_json
+from harness.server import run_server, wait_ready
 from loadtest import openloop
-from loadtest.server import run_server, wait_ready
 from tests.service.conftest import metric_total
 
 RUNTIMES, MAX_QUEUE = 2, 6
@@ -17,13 +16,7 @@ CAPACITY = RUNTIMES + MAX_QUEUE
 SECONDS = 20.0  # each load: long enough for keep-alive races to show
 
 
-def v2_json() -> openloop.Payload:
-    tensor = {"name": "image", "shape": [1, 1, 8, 8], "datatype": "FP32", "data": [0.0] * 64}
-    body = json.dumps({"inputs": [tensor]}).encode()
-    return openloop.Payload("/v2/models/digits/infer", body, (("content-type", "application/json"),))
-
-
-PAYLOADS = {"predict-json": openloop.digits_json, "v2-json": v2_json, "v2-binary": openloop.digits_v2_binary}
+PAYLOADS = {"predict-json": digits_json, "v2-json": digits_v2_json, "v2-binary": digits_v2_binary}
 
 
 @pytest.fixture(scope="module")

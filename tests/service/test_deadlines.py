@@ -12,7 +12,7 @@ import pytest
 import tritonclient.http as triton
 from tritonclient.utils import InferenceServerException
 
-from loadtest.server import run_server, wait_ready
+from harness.server import run_server, wait_ready
 from tests.service.conftest import metric_total
 from tests.slow_model import CALL_SECONDS
 

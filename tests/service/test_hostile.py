@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import httpx2
 import pytest
 
-from loadtest.server import Server, run_server, wait_ready
+from harness.server import Server, run_server, wait_ready
 from tests.service.conftest import metric_total
 
 LIMIT = 65536

@@ -7,7 +7,7 @@ import subprocess
 import httpx2
 import tritonclient.http as triton
 
-from loadtest.server import INFERPOOL, run_server, wait_ready
+from harness.server import INFERPOOL, run_server, wait_ready
 
 CONFIG = """
 [[models]]

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx2
 import numpy as np
 
-from loadtest.server import run_server, wait_ready
+from harness.server import run_server, wait_ready
 from tests.fault_models import POISON
 from tests.service.conftest import metric_total
 

@@ -15,8 +15,8 @@ import httpx2
 import numpy as np
 import pytest
 
+from harness.server import Server, run_server, wait_ready
 from loadtest.procs import tree_pss_bytes
-from loadtest.server import Server, run_server, wait_ready
 from tests.extra_models import WIDE_WEIGHT_BYTES
 from tests.service.conftest import metric_total
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from engine import BACKENDS
-from loadtest.server import INFERPOOL, run_server, wait_ready
+from harness.server import INFERPOOL, run_server, wait_ready
 
 SLOW_LOAD = "tests.slow_model:build"
 

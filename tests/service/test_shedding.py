@@ -11,7 +11,7 @@ import numpy as np
 import orjson
 from starlette.types import Message, Receive, Scope, Send
 
-from loadtest.server import run_server, wait_ready
+from harness.server import run_server, wait_ready
 from service.metrics import Metrics
 from service.middleware import Activity, RequestContext
 from tests.service.conftest import metric_total

@@ -1,0 +1,5 @@
+"""The test harness of ``inferpool bench``, the load tests and the test suite: a server in a
+subprocess on a free 127.0.0.1 port (``harness.server``), keep-alive HTTP/1.1 clients
+(``harness.client``), the requests they send (``harness.payloads``) and the sums read back from
+``/metrics`` (``harness.metrics``). No torch: a load generator shares the machine with the
+server it measures."""

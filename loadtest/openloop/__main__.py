@@ -1,0 +1,3 @@
+from loadtest.openloop.cli import main
+
+main()
