@@ -3,7 +3,7 @@
 # InferPool: CPU-only PyTorch model server.
 #
 #   docker build -t inferpool:0.1.0 .
-#   docker run --rm -p 8000:8000 --cpus 2 inferpool:0.1.0
+#   docker run --rm -p 8000:8000 -p 8001:8001 --cpus 2 inferpool:0.1.0   (HTTP, gRPC)
 #
 # Build args:
 #   TORCH_INDEX_URL  where pip takes torch from; the default is PyTorch's CPU wheel index, so
@@ -47,6 +47,7 @@ COPY engine/ engine/
 COPY service/ service/
 COPY config/ config/
 COPY cli/ cli/
+COPY harness/ harness/
 # A regular (non-editable) install: the packages, the committed digits weights and
 # default.toml go into the venv's site-packages; the source tree stays in this stage.
 RUN pip install .
@@ -78,13 +79,14 @@ ENV PATH="${VIRTUAL_ENV}/bin:${PATH}" \
     NUMEXPR_NUM_THREADS=1 \
     INFERPOOL_HOST=0.0.0.0 \
     INFERPOOL_PORT=8000 \
+    INFERPOOL_GRPC_PORT=8001 \
     INFERPOOL_DRAIN_SECONDS=10
 
 COPY --from=build ${VIRTUAL_ENV} ${VIRTUAL_ENV}
 
 WORKDIR ${APP_HOME}
 USER 10001:10001
-EXPOSE 8000
+EXPOSE 8000 8001
 
 # Liveness only (the model may still be loading; readiness is the orchestrator's business).
 # The slim image has no curl: the venv's Python asks instead, and fails on any non-2xx.

@@ -7,7 +7,7 @@ PROMTOOL := $(BIN)/promtool
 # The KServe SDK pins its own FastAPI/httpx stack: it gets a venv of its own for the v2 client test.
 KSERVE_PYTHON := .venv-kserve/bin/python
 
-.PHONY: serve test check bench clean
+.PHONY: serve test check bench proto clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -49,6 +49,10 @@ check: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m loadtest.bench_pool
 	$(BIN)/python -m loadtest.bench_handoff
+
+## Regenerate the gRPC message module from service/grpc_v2/inference.proto (commit both).
+proto: $(STAMP)
+	$(BIN)/python -m grpc_tools.protoc -I . --python_out=. --pyi_out=. service/grpc_v2/inference.proto
 
 clean:
 	rm -rf $(VENV) .venv-kserve .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -96,6 +96,13 @@ class Settings(BaseSettings):
     handler: Annotated[str, AfterValidator(check_handler)] | None = Field(None, description=HANDLER_HELP)
     host: str = Field("127.0.0.1", description="Address to listen on; 0.0.0.0 inside a container.")
     port: int = Field(8000, ge=0, le=65535, description="TCP port (0 picks a free one).")
+    grpc_port: int = Field(
+        8001,
+        ge=0,
+        le=65535,
+        description="TCP port of the Open Inference Protocol v2 over gRPC (and the gRPC health service), "
+        "on the same host; 0 = gRPC off. Messages up to max_body_bytes.",
+    )
     max_queue: int = Field(
         64,
         ge=0,

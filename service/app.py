@@ -16,6 +16,7 @@ from engine import EngineClient
 from service.auth import ApiKeyAuth
 from service.errors import install_error_handlers
 from service.fastpath import InferPoolApp
+from service.grpc_v2.server import front_end
 from service.host import ModelHost
 from service.metrics import Metrics
 from service.middleware import Activity, RequestContext
@@ -23,6 +24,8 @@ from service.openapi import model_aware_openapi
 from service.routes import health, predict, v2
 
 log = logging.getLogger(__name__)
+GRPC_GRACE_SECONDS = 1.0
+"""For gRPC calls that came in after the drain's wait (they are refused UNAVAILABLE at once)."""
 
 
 def _version() -> str:
@@ -60,9 +63,15 @@ def create_app(settings: Settings, host: ModelHost | None = None) -> FastAPI:
         if not supervised:  # the supervisor logged it once for all its processes
             log.info("effective config: %s", settings.model_dump_json())
         host.start()  # loads (or starts) and warms in the background; /health/ready says when done
+        grpc = None
+        if settings.grpc_port:
+            grpc = front_end(settings, host, metrics, activity, version)
+            await grpc.start()
         try:
             yield
         finally:
+            if grpc is not None:  # after the HTTP drain, which waited for gRPC calls too (Activity)
+                await grpc.stop(GRPC_GRACE_SECONDS)
             host.close()
 
     app = InferPoolApp(

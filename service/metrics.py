@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest, multiprocess
 
@@ -101,6 +101,10 @@ class Metrics:
         end_to_end = "End to end: request received to response sent."
         durations = bounds_of(duration_buckets(latency_buckets, timeout_ms))
         self.request_seconds = Family("inferpool_request_duration_seconds", end_to_end, ("route",), durations)
+        rpc_doc = "gRPC calls answered, by method and status code."
+        self.rpcs = Family("inferpool_grpc_requests", rpc_doc, ("rpc", "code"))
+        rpc_end_to_end = "End to end: gRPC call received to answer handed to gRPC."
+        self.rpc_seconds = Family("inferpool_grpc_request_duration_seconds", rpc_end_to_end, ("rpc",), durations)
         # In the order observe_inference unpacks them.
         self._model_families = (
             phase("inferpool_decode_seconds", "Reading and parsing the body and checking it against the schema.", fast),
@@ -117,12 +121,16 @@ class Metrics:
         self._values: list[float] = []
         self._files: dict[bool, SlotFile] = {}  # by "is a counter"
         if (directory := multiprocess_dir()) is None:
-            families = [self.requests, self.request_seconds, *self._model_families, self.rejections, self.failures]
+            families = [
+                self.requests, self.request_seconds, self.rpcs, self.rpc_seconds,
+                *self._model_families, self.rejections, self.failures,
+            ]  # fmt: skip
             r.register(SlotCollector(families))
         else:  # a file per type: the collector takes the type from the file's name
             for counter, kind in ((True, "counter"), (False, "histogram")):
                 self._files[counter] = SlotFile.of(os.path.join(directory, f"{kind}_inferpool_{os.getpid()}.db"))
-        self._routes: dict[tuple[str, int], tuple[Child, Child]] = {}
+        self._routes: dict[tuple[str, Any], tuple[Child, Child]] = {}  # by (route, status)
+        self._rpcs: dict[tuple[str, Any], tuple[Child, Child]] = {}  # by (rpc, code)
         self._models: dict[str, tuple[Child, ...]] = {}
         self._reasons: dict[str, Child] = {}
 
@@ -217,11 +225,28 @@ class Metrics:
     # something raises, and a metrics failure must never fail a request.
 
     def observe_request(self, route: str, status: int, seconds: float, inference: Inference | None) -> None:
+        self._observe_call(self._routes, (self.requests, self.request_seconds), route, status, seconds, inference)
+
+    def observe_rpc(self, rpc: str, code: str, seconds: float, inference: Inference | None) -> None:
+        """A gRPC call, as observe_request observes an HTTP one (on the event loop thread too)."""
+        self._observe_call(self._rpcs, (self.rpcs, self.rpc_seconds), rpc, code, seconds, inference)
+
+    def _observe_call(
+        self,
+        seen: dict[tuple[str, Any], tuple[Child, Child]],
+        families: tuple[Family, Family],
+        name: str,
+        outcome: object,
+        seconds: float,
+        inference: Inference | None,
+    ) -> None:
+        """One answered call: its count by (name, outcome), its duration by name and, for a
+        model call, the server's own share of it."""
         try:
-            found = self._routes.get((route, status))
+            found = seen.get((name, outcome))
             if found is None:
-                count = self._child(self.requests, (route, str(status)))
-                found = self._routes[route, status] = (count, self._child(self.request_seconds, (route,)))
+                count = self._child(families[0], (name, str(outcome)))
+                found = seen[name, outcome] = (count, self._child(families[1], (name,)))
             slots, index, _ = found[0]
             slots[index[0]] += 1.0
             observe(found[1], seconds)

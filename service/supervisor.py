@@ -65,6 +65,11 @@ class Supervisor:
         except OSError as exc:  # the port is taken, the address is not this machine's, ...
             log.error("cannot listen on %s:%d: %s", self.settings.host, self.settings.port, exc)
             return 2
+        try:
+            held = _hold(self.settings.host, self.settings.grpc_port) if self.settings.grpc_port else None
+        except OSError as exc:
+            log.error("cannot listen for gRPC on %s:%d: %s", self.settings.host, self.settings.grpc_port, exc)
+            return 2
         log.info("listening on http://%s:%d", self.settings.host, listener.getsockname()[1])
         log.info("effective config: %s", self.settings.model_dump_json())
         host = ModelHost(self.settings)
@@ -89,6 +94,8 @@ class Supervisor:
             self._spawn(slot, listener, host)
         log.info("%d serving processes started from one loaded copy of the models", self.processes)
         code = self._watch(listener, host)
+        if held is not None:
+            held.close()
         log.info("supervisor exiting with status %d", code)
         return code
 
@@ -192,6 +199,23 @@ def _listen(host: str, port: int) -> socket.socket:
     listener.listen(BACKLOG)
     listener.set_inheritable(True)
     return listener
+
+
+def _hold(host: str, port: int) -> socket.socket:
+    """``port`` bound for the serving processes' gRPC servers, not listened on (so it gets no
+    connections): they bind it again with SO_REUSEPORT, while anyone else's bind fails -- a
+    second server started on the same port stops at once instead of sharing its traffic."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # Listening with SO_REUSEADDR fails while any socket holds the port (another server's
+    # gRPC, or its hold) but not over connections of an earlier run left in TIME_WAIT.
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind((host, port))
+        probe.listen(1)
+    held = socket.socket(family, socket.SOCK_STREAM)
+    held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)  # and not SO_REUSEADDR: see above
+    held.bind((host, port))
+    return held
 
 
 def _signal(pid: int, signo: int) -> None:

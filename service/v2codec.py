@@ -34,8 +34,7 @@ V2_TYPES = {numpy: v2 for v2, numpy in DATATYPES.items()} | {"object": "BYTES"}
 # Looked up by dtype object, never by ``dtype.name``: numpy builds that string in Python, ~3 µs
 # a call, which made encoding a two-output response 10x the cost of /predict's (11 vs 1.1 µs).
 _V2_OF_DTYPE = {np.dtype(numpy): v2 for numpy, v2 in V2_TYPES.items()}
-_LITTLE = {v2: np.dtype(numpy).newbyteorder("<") for v2, numpy in DATATYPES.items()}
-_LENGTH = np.dtype("<u4")
+LITTLE = {v2: np.dtype(numpy).newbyteorder("<") for v2, numpy in DATATYPES.items()}
 # The kinds of JSON data (as numpy infers them) each datatype's kind takes: JSON numbers widen
 # to floats, but nothing else is cast (Triton refuses true for FP32 and 1.5 for INT64 alike).
 _JSON_KINDS = {"f": "fiu", "i": "iu", "u": "iu", "b": "b"}
@@ -199,10 +198,10 @@ def _input(
     shape = dims
     meta = expected.get(name)
     if meta is not None:
-        _check_meta(name, datatype, shape, meta)
+        check_meta(name, datatype, shape, meta)
     if datatype == "BYTES":
         return _bytes_input(name, tensor, shape, body, offset)
-    dtype = _LITTLE[datatype]
+    dtype = LITTLE[datatype]
     numel = math.prod(shape)
     raw = _object(tensor.get("parameters", {}), f"input '{name}' parameters").get("binary_data_size")
     if raw is not None:
@@ -224,7 +223,7 @@ def _input(
     return name, array.reshape(shape), offset
 
 
-def _check_meta(name: str, datatype: str, shape: list[int], meta: TensorMeta) -> None:
+def check_meta(name: str, datatype: str, shape: list[int], meta: TensorMeta) -> None:
     if datatype != meta.datatype:
         raise bad(f"input '{name}': datatype {datatype} is not the model's; send {meta.datatype} (nothing is cast)")
     fits = len(shape) == len(meta.shape) and all(want in (-1, got) for want, got in zip(meta.shape, shape, strict=True))
@@ -235,7 +234,7 @@ def _check_meta(name: str, datatype: str, shape: list[int], meta: TensorMeta) ->
 def _json_data(name: str, data: object, datatype: str) -> Array:
     """JSON ``data`` (flat or nested) as a ``datatype`` array, refusing values of another
     JSON type (true for FP32, 1.5 for INT64, null, strings) instead of casting them."""
-    dtype = _LITTLE[datatype]
+    dtype = LITTLE[datatype]
     try:
         array = np.asarray(data)  # its inferred kind says what JSON types the leaves were
     except (ValueError, TypeError, OverflowError) as exc:
@@ -261,33 +260,53 @@ def _leaves(array: Array) -> str:
 def _bytes_input(
     name: str, tensor: Mapping[str, Any], shape: list[int], body: bytearray, offset: int
 ) -> tuple[str, Array, int]:
-    numel = math.prod(shape)
     raw = _object(tensor.get("parameters", {}), f"input '{name}' parameters").get("binary_data_size")
-    items: list[object] = []
+    items: list[object]
     if raw is not None:
         size = _whole(raw)
         if size is None or size < 0 or offset + size > len(body):
             raise bad(f"input '{name}': binary_data_size {raw!r} does not fit in the body")
-        end, view = offset + size, memoryview(body)
-        while offset < end:
-            if offset + 4 > end:
-                raise bad(f"input '{name}': BYTES element {len(items)} has a truncated 4-byte length")
-            length = int(np.frombuffer(body, dtype=_LENGTH, count=1, offset=offset)[0])
-            if offset + 4 + length > end:
-                raise bad(f"input '{name}': BYTES element {len(items)} runs past binary_data_size")
-            items.append(bytes(view[offset + 4 : offset + 4 + length]))
-            offset += 4 + length
+        items = list(split_bytes(name, memoryview(body)[offset : offset + size]))
+        offset += size
     else:
         if "data" not in tensor:
             raise bad(f"input '{name}' has neither 'data' nor a binary_data_size parameter")
         items = _flatten(tensor["data"])
         if not all(isinstance(item, str) for item in items):
             raise bad(f"input '{name}': BYTES data must be strings")
+    return name, bytes_array(name, items, shape), offset
+
+
+def split_bytes(name: str, raw: memoryview | bytes) -> list[bytes]:
+    """A BYTES tensor's binary layout (each element a 4-byte little-endian length, then its
+    bytes) -> its elements."""
+    items: list[bytes] = []
+    view, offset, end = memoryview(raw), 0, len(raw)
+    while offset < end:
+        if offset + 4 > end:
+            raise bad(f"input '{name}': BYTES element {len(items)} has a truncated 4-byte length")
+        length = int.from_bytes(view[offset : offset + 4], "little")
+        if offset + 4 + length > end:
+            raise bad(f"input '{name}': BYTES element {len(items)} runs past the end of its data")
+        items.append(bytes(view[offset + 4 : offset + 4 + length]))
+        offset += 4 + length
+    return items
+
+
+def bytes_array(name: str, items: list[object], shape: list[int]) -> Array:
+    """BYTES elements as an object array of ``shape``, or 400 when the count does not fit it."""
+    numel = math.prod(shape)
     if len(items) != numel:
         raise bad(f"input '{name}': shape {shape} needs {numel} values, data has {len(items)}")
     array = np.empty(numel, dtype=object)
     array[:] = items
-    return name, array.reshape(shape), offset
+    return array.reshape(shape)
+
+
+def join_bytes(array: Array) -> bytes:
+    """An object array of bytes or strings in the BYTES binary layout."""
+    items = [v if isinstance(v, bytes) else str(v).encode() for v in array.reshape(-1).tolist()]
+    return b"".join(len(v).to_bytes(4, "little") + v for v in items)
 
 
 def _flatten(data: object) -> list[object]:
@@ -323,14 +342,14 @@ def encode_response(
     blobs: list[memoryview] = []
     for name, binary in wanted.items():
         array = np.ascontiguousarray(outputs[name])
-        entry: dict[str, Any] = {"name": name, "datatype": _v2_type(array.dtype), "shape": list(array.shape)}
+        entry: dict[str, Any] = {"name": name, "datatype": v2_type(array.dtype), "shape": list(array.shape)}
         if array.dtype.kind == "O":  # BYTES: strings (or bytes) from a handler
-            items = [v if isinstance(v, bytes) else str(v).encode() for v in array.reshape(-1).tolist()]
             if binary or request.binary_output:
-                blob = b"".join(len(v).to_bytes(4, "little") + v for v in items)
+                blob = join_bytes(array)
                 entry["parameters"] = {"binary_data_size": len(blob)}
                 blobs.append(memoryview(blob))
             else:
+                items = [v if isinstance(v, bytes) else str(v).encode() for v in array.reshape(-1).tolist()]
                 entry["data"] = [v.decode(errors="replace") for v in items]
         elif binary or request.binary_output:
             array = array.astype(array.dtype.newbyteorder("<"), copy=False)  # a no-op on x86/ARM
@@ -348,7 +367,7 @@ def encode_response(
     return b"".join([header, *blobs]), len(header)
 
 
-def _v2_type(dtype: np.dtype[Any]) -> str:
+def v2_type(dtype: np.dtype[Any]) -> str:
     found = _V2_OF_DTYPE.get(dtype)  # native byte order; others (big-endian) by name
     return found if found is not None else V2_TYPES[dtype.name]
 

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -7,6 +9,10 @@ import torch
 from engine import InferenceModule, RuntimeOptions
 from engine.threads import ThreadPlan, apply_thread_plan
 from engine.zoo.digits import build
+
+# Servers the tests start (in process, or as subprocesses, which inherit this) leave gRPC off
+# unless a test asks for it with --grpc-port: several run at once, and its default is one port.
+os.environ.setdefault("INFERPOOL_GRPC_PORT", "0")
 
 
 @pytest.fixture(scope="session", autouse=True)

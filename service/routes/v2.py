@@ -30,6 +30,21 @@ HEADER_LENGTH_RAW = HEADER_LENGTH.encode()
 HEADERS = frozenset({b"content-length", b"content-encoding", TIMEOUT_HEADER, HEADER_LENGTH_RAW})
 
 
+class ExpectedInputs:
+    """Each model's inputs as its metadata declares them (what a request's must match), built
+    on a model's first request; REST and gRPC infer both check against it."""
+
+    def __init__(self) -> None:
+        self._tables: dict[str, dict[str, TensorMeta]] = {}  # by model name
+
+    def __call__(self, model: EngineClient) -> dict[str, TensorMeta]:
+        found = self._tables.get(model.name)
+        if found is None:
+            inputs = metadata(model.name, model.schema, VERSION, model.info.handler)["inputs"]
+            found = self._tables[model.name] = TensorMeta.table(inputs)
+        return found
+
+
 def find_model(host: ModelHost, name: str, version: str | None) -> EngineClient:
     model = host.get(name)
     if version not in (None, VERSION):
@@ -101,14 +116,7 @@ class Infer(RawRoute):
 
     def __init__(self, host: ModelHost, metrics: Metrics) -> None:
         super().__init__(host, metrics)
-        self._expected: dict[str, dict[str, TensorMeta]] = {}  # by model: its metadata's inputs
-
-    def expected(self, model: EngineClient) -> dict[str, TensorMeta]:
-        found = self._expected.get(model.name)
-        if found is None:
-            inputs = metadata(model.name, model.schema, VERSION, model.info.handler)["inputs"]
-            found = self._expected[model.name] = TensorMeta.table(inputs)
-        return found
+        self.expected = ExpectedInputs()
 
     async def answer(self, scope: Scope, receive: Receive) -> Answer:
         metrics = self.metrics

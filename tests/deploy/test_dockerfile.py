@@ -134,7 +134,7 @@ def test_final_stage_runs_the_server_as_pid_1_non_root_with_a_live_healthcheck(i
         assert env.get(var) == "1", var
     assert env["INFERPOOL_HOST"] == "0.0.0.0"
     exposed = [i.args for i in final if i.keyword == "EXPOSE"]
-    assert exposed == [env["INFERPOOL_PORT"]]
+    assert exposed == [f"{env['INFERPOOL_PORT']} {env['INFERPOOL_GRPC_PORT']}"]  # HTTP, gRPC
 
 
 def test_dockerignore_keeps_the_context_small_but_everything_copied_in():

@@ -24,11 +24,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
+import grpc
 import httpx2
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from loadtest.server import free_port
+from harness.server import free_port
 from tests.deploy.dockerfile import Replay, Stage, healthcheck_command, parse
 
 REPO = Path(__file__).resolve().parents[2]
@@ -136,11 +139,12 @@ def test_cmd_serves_ready_predict_metrics_and_drains_on_sigterm(image, tmp_path)
     health = healthcheck_command(next(i for i in instructions if i.keyword == "HEALTHCHECK"))
     assert isinstance(health, list)
 
-    port = free_port()
+    port, grpc_port = free_port(), free_port()
     env = {
         **final.env,
         "INFERPOOL_HOST": "127.0.0.1",
         "INFERPOOL_PORT": str(port),
+        "INFERPOOL_GRPC_PORT": str(grpc_port),
         "HOME": str(tmp_path / "nonexistent"),  # the image's user has no home directory
     }
     url = f"http://127.0.0.1:{port}"
@@ -172,6 +176,10 @@ def test_cmd_serves_ready_predict_metrics_and_drains_on_sigterm(image, tmp_path)
             assert batch.json()["outputs"]["label"] == [0, 0, 0]
             metrics = http.get("/metrics").text
             assert 'inferpool_inflight_requests{model="digits"}' in metrics
+        with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
+            stub: Any = health_pb2_grpc.HealthStub(channel)  # its stubs type the methods per channel kind
+            check = stub.Check(health_pb2.HealthCheckRequest(), timeout=10)
+            assert check.status == health_pb2.HealthCheckResponse.SERVING
 
         # The image's HEALTHCHECK command, run as Docker would, with the image's environment.
         healthy = subprocess.run(health, env=env, capture_output=True, timeout=10, check=False)

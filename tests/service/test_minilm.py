@@ -5,18 +5,27 @@ from __future__ import annotations
 import httpx2
 import numpy as np
 import pytest
+import tritonclient.grpc as triton_grpc
 
-from loadtest.server import REPO_ROOT, run_server, wait_ready
+from harness.server import REPO_ROOT, free_port, run_server, wait_ready
 from tests.minilm_reference import LONG, SENTENCES, cosines, reference
 
 CONFIG = str(REPO_ROOT / "config" / "minilm.toml")
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    with run_server(tmp_path_factory.mktemp("logs"), "--config", CONFIG, ready_timeout=120) as running:
+def served(tmp_path_factory):
+    """The MiniLM server and its gRPC address."""
+    grpc_port = free_port()
+    args = ("--config", CONFIG, "--grpc-port", str(grpc_port))
+    with run_server(tmp_path_factory.mktemp("logs"), *args, ready_timeout=120) as running:
         wait_ready(running, 120)
-        yield running
+        yield running, f"127.0.0.1:{grpc_port}"
+
+
+@pytest.fixture(scope="module")
+def server(served):
+    return served[0]
 
 
 def test_batch_and_single_match_sentence_transformers(server):
@@ -78,3 +87,16 @@ def test_empty_or_non_text_is_a_clear_400(server, inputs, message):
     answer = httpx2.post(server.url + "/v2/models/minilm/infer", json=bad, timeout=30)
     assert answer.status_code == 400
     assert "empty" in answer.json()["error"]
+
+
+def test_grpc_bytes_input_with_tritonclient(served):
+    """Sentences as a BYTES tensor over gRPC (Triton's client sends them raw, each element
+    length-prefixed), embeddings and flags back as raw contents."""
+    with triton_grpc.InferenceServerClient(served[1]) as client:
+        meta = client.get_model_metadata("minilm")
+        assert [(t.name, t.datatype) for t in meta.inputs] == [("text", "BYTES")]
+        text = triton_grpc.InferInput("text", [len(SENTENCES)], "BYTES")
+        text.set_data_from_numpy(np.array([s.encode() for s in SENTENCES], dtype=object))
+        result = client.infer("minilm", [text])
+    assert cosines(result.as_numpy("embedding"), reference()).min() >= 0.999
+    assert result.as_numpy("truncated").tolist() == [i == LONG for i in range(len(SENTENCES))]

@@ -1,0 +1,160 @@
+"""gRPC ModelInfer against HTTP v2 binary and HTTP JSON on the digits model, one server.
+
+The server runs one serving process pinned to CPU 0; the callers run in this process on CPU 1,
+so the server's figures are its own. For each protocol and concurrency (closed loop, 1 and 8
+callers, interleaved over rounds) it reports calls/s, p50/p99 as the caller saw them, and the
+server's CPU time per call, minus the model's own time per call: the per-call overhead of the
+protocol, which does not depend on how fast the caller is. Each caller has its own connection
+(HTTP) or channel (gRPC), and sends a request encoded once.
+
+    python -m loadtest.bench_grpc [--seconds 5] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import time
+from collections.abc import Awaitable, Callable
+
+import grpc
+import httpx2
+import numpy as np
+import uvloop
+
+from harness.client import Connection
+from harness.metrics import metric_total
+from harness.payloads import json_request, v2_request
+from harness.server import free_port, inferpool_serve, launch
+from loadtest.procs import tree_cpu_seconds
+from service.grpc_v2 import inference_pb2 as pb
+
+INFER = "/inference.GRPCInferenceService/ModelInfer"
+IMAGE = np.random.default_rng(0).integers(0, 17, size=(1, 1, 8, 8)).astype(np.float32)
+Call = Callable[[], Awaitable[object]]
+
+
+def grpc_body() -> bytes:
+    request = pb.ModelInferRequest(model_name="digits")
+    request.inputs.add(name="image", datatype="FP32", shape=IMAGE.shape)
+    request.raw_input_contents.append(IMAGE.tobytes())
+    return request.SerializeToString()
+
+
+async def grpc_callers(target: str, n: int) -> tuple[list[Call], Callable[[], Awaitable[None]]]:
+    body = grpc_body()
+    channels = [grpc.aio.insecure_channel(target) for _ in range(n)]
+    calls: list[Call] = []
+    for channel in channels:
+        await channel.channel_ready()
+        # Bytes in, bytes out: no (de)serialising on the caller.
+        rpc: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(INFER)
+
+        def call(rpc: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = rpc) -> Awaitable[object]:
+            return rpc(body)
+
+        calls.append(call)
+
+    async def close() -> None:
+        for channel in channels:
+            await channel.close()
+
+    return calls, close
+
+
+async def http_callers(port: int, n: int, binary: bool) -> tuple[list[Call], Callable[[], Awaitable[None]]]:
+    payload = v2_request("digits", {"image": IMAGE}) if binary else json_request(IMAGE[0])
+    request = payload.encode("127.0.0.1", port)
+    connections = [Connection("127.0.0.1", port) for _ in range(n)]
+    for connection in connections:
+        await connection.open()
+
+    async def close() -> None:
+        for connection in connections:
+            connection.close()
+
+    def caller(connection: Connection) -> Call:
+        return lambda: connection.exchange(request)
+
+    return [caller(c) for c in connections], close
+
+
+async def closed_loop(calls: list[Call], seconds: float) -> list[float]:
+    latencies: list[float] = []
+    end = time.perf_counter() + seconds
+
+    async def caller(call: Call) -> None:
+        while (started := time.perf_counter()) < end:
+            await call()
+            latencies.append(time.perf_counter() - started)
+
+    await asyncio.gather(*(caller(call) for call in calls))
+    return latencies
+
+
+def model_seconds(url: str) -> tuple[float, float]:
+    text = httpx2.get(url + "/metrics").text
+    return (
+        metric_total(text, "inferpool_inference_seconds_sum", model="digits"),
+        metric_total(text, "inferpool_inference_seconds_count", model="digits"),
+    )
+
+
+async def row(kind: str, n: int, seconds: float, url: str, port: int, target: str, pid: int) -> dict[str, float]:
+    if kind == "grpc":
+        calls, close = await grpc_callers(target, n)
+    else:
+        calls, close = await http_callers(port, n, binary=kind == "http v2 binary")
+    await closed_loop(calls, 0.5)  # warm the connections
+    model_before, count_before = model_seconds(url)
+    cpu_before = tree_cpu_seconds(pid)
+    latencies = await closed_loop(calls, seconds)
+    cpu = tree_cpu_seconds(pid) - cpu_before
+    model_after, count_after = model_seconds(url)
+    await close()
+    done = len(latencies)
+    model_per_call = (model_after - model_before) / max(1.0, count_after - count_before)
+    cuts = statistics.quantiles(latencies, n=100)
+    return {
+        "calls_per_s": done / seconds,
+        "p50_us": cuts[49] * 1e6,
+        "p99_us": cuts[98] * 1e6,
+        "server_cpu_us": cpu / done * 1e6,
+        "overhead_us": (cpu / done - model_per_call) * 1e6,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    grpc_port = free_port()
+    kinds = ("grpc", "http v2 binary", "http json")
+    results: dict[tuple[str, int], list[dict[str, float]]] = {}
+    command = inferpool_serve("--workers", "1", "--grpc-port", str(grpc_port))
+    with launch(command, cpus=[0]) as server:
+        os.sched_setaffinity(0, {1})
+        for _ in range(args.rounds):
+            for n in (1, 8):
+                for kind in kinds:
+                    figures = uvloop.run(
+                        row(
+                            kind, n, args.seconds, server.url, server.port, f"127.0.0.1:{grpc_port}", server.process.pid
+                        )
+                    )
+                    results.setdefault((kind, n), []).append(figures)
+    print("| callers | protocol | calls/s | p50 µs | p99 µs | server CPU µs/call | overhead µs/call |")
+    print("|---|---|---|---|---|---|---|")
+    for (kind, n), rounds in sorted(results.items(), key=lambda item: (item[0][1], kinds.index(item[0][0]))):
+        med = {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
+        print(
+            f"| {n} | {kind} | {med['calls_per_s']:,.0f} | {med['p50_us']:,.0f} | {med['p99_us']:,.0f} "
+            f"| {med['server_cpu_us']:,.0f} | {med['overhead_us']:,.0f} |"
+        )
+
+
+if __name__ == "__main__":
+    main()

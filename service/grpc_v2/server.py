@@ -1,0 +1,117 @@
+"""The gRPC front end's server: grpcio's asyncio server on the serving process's own event
+loop (uvicorn's), beside HTTP, with the v2 service and the standard health service.
+
+Every serving process listens on ``grpc_port`` with SO_REUSEPORT (grpcio's default on Linux):
+the kernel spreads new connections over the processes, as the shared HTTP socket does. grpcio
+cannot serve a socket it did not open, so the supervisor only holds the port (bound, not
+listening) to refuse a second server on it at start-up (service/supervisor.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1.health import aio as health_aio
+
+from config import Settings
+from service.grpc_v2.servicer import SERVICE, Servicer
+from service.host import ModelHost
+from service.metrics import Metrics
+from service.middleware import Activity
+
+log = logging.getLogger(__name__)
+HEALTH_POLL_SECONDS = 0.25
+"""How often the health service's watchers get the host's readiness (Watch lags it by this;
+Check reads it live)."""
+SERVICES = ("", SERVICE)  # the whole server, and the v2 service by name
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+# The v2 methods reachable without the API key when their REST twins are (auth_exempt). The
+# standard health service never asks for it: probes carry no secret.
+EXEMPT_WITH = {"ServerLive": "/v2/health/live", "ServerReady": "/v2/health/ready"}
+
+
+def address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def front_end(settings: Settings, host: ModelHost, metrics: Metrics, activity: Activity, version: str) -> GrpcFrontEnd:
+    key = settings.api_key.get_secret_value() if settings.api_key is not None else None
+    exempt = frozenset(rpc for rpc, path in EXEMPT_WITH.items() if path in settings.auth_exempt)
+    servicer = Servicer(
+        host, metrics, activity, version=version, api_key=key, exempt=exempt, timeout_ms=settings.request_timeout_ms
+    )
+    return GrpcFrontEnd(servicer, host, address(settings.host, settings.grpc_port), settings.max_body_bytes)
+
+
+class GrpcFrontEnd:
+    def __init__(self, servicer: Servicer, host: ModelHost, bind: str, max_message_bytes: int) -> None:
+        self.servicer = servicer
+        self.host = host
+        self.bind = bind
+        self.max_message_bytes = max_message_bytes
+        self.health = Health(host)
+        self._server: grpc.aio.Server | None = None
+        self._poller: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        server = grpc.aio.server(
+            options=[
+                # A larger message is refused by gRPC itself with RESOURCE_EXHAUSTED, before it is
+                # buffered whole: the counterpart of max_body_bytes' 413.
+                ("grpc.max_receive_message_length", self.max_message_bytes),
+                ("grpc.max_send_message_length", -1),
+                ("grpc.so_reuseport", 1),
+            ]
+        )
+        server.add_generic_rpc_handlers((self.servicer.handlers(),))
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        server.add_insecure_port(self.bind)  # raises RuntimeError when it cannot bind
+        await self._copy_health()
+        await server.start()
+        self._server = server
+        self._poller = asyncio.create_task(self._follow_health())
+        log.info("gRPC (v2 inference and health) listening on %s", self.bind)
+
+    async def stop(self, grace: float) -> None:
+        """Refuse new calls, give those running ``grace`` seconds, then close."""
+        if self._poller is not None:
+            self._poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._poller
+        await self.health.enter_graceful_shutdown()
+        if self._server is not None:
+            await self._server.stop(grace)
+
+    async def _follow_health(self) -> None:
+        while True:
+            await asyncio.sleep(HEALTH_POLL_SECONDS)
+            await self._copy_health()
+
+    async def _copy_health(self) -> None:
+        status = SERVING if self.host.status == "ready" else NOT_SERVING
+        for service in SERVICES:
+            await self.health.set(service, status)
+
+
+class Health(health_aio.HealthServicer):
+    """grpc.health.v1 with Check answered from the host's readiness at the time of the call, as
+    /health/ready is (a probe right after readiness must not see the poller's lag)."""
+
+    def __init__(self, host: ModelHost) -> None:
+        super().__init__()
+        self.host = host
+
+    async def Check(  # the generated servicer's name
+        self, request: health_pb2.HealthCheckRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> health_pb2.HealthCheckResponse:
+        if request.service not in SERVICES:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"no service {request.service!r} here")
+        return health_pb2.HealthCheckResponse(status=SERVING if self.host.status == "ready" else NOT_SERVING)

@@ -1,0 +1,203 @@
+"""The v2 gRPC methods, on the same host, engine client, door and error table as REST.
+
+Each method is wrapped once (``Servicer.handler``): the API key is checked, the call is timed
+and counted by method and status code, and any error becomes its gRPC status at that one place
+(service/grpc_v2/status.py). ModelInfer comes in through the door HTTP requests use (the
+``Activity`` count, so shedding and the drain see both front ends), takes its deadline from the
+gRPC deadline or the v2 "timeout" parameter, and reports its phases like the REST route.
+"""
+
+from __future__ import annotations
+
+import hmac
+import itertools
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+from typing import Any
+
+import grpc
+
+from engine import NotReady, Overloaded
+from engine.requests import request_id
+from service.errors import ErrorAnswer, answer_for
+from service.grpc_v2 import inference_pb2 as pb
+from service.grpc_v2 import tensors
+from service.grpc_v2.status import code_of, status_of
+from service.host import ModelHost
+from service.metrics import Inference, Metrics
+from service.middleware import MAX_REQUEST_ID, Activity
+from service.routes.v2 import VERSION, ExpectedInputs, find_model
+from service.timing import deadline
+from service.v2codec import metadata
+
+log = logging.getLogger(__name__)
+SERVICE = "inference.GRPCInferenceService"
+Method = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[Any]]
+# Set by a ModelInfer that ran the model, read by its wrapper (the same task, so the same context).
+_inference: ContextVar[Inference | None] = ContextVar("grpc_inference", default=None)
+UNAUTHENTICATED = ErrorAnswer(
+    401, "missing or wrong API key: send metadata 'authorization: Bearer <key>' or 'x-api-key'"
+)
+
+
+class Servicer:
+    def __init__(
+        self, host: ModelHost, metrics: Metrics, activity: Activity, *, version: str, api_key: str | None,
+        exempt: frozenset[str], timeout_ms: float,
+    ) -> None:  # fmt: skip
+        self.host = host
+        self.metrics = metrics
+        self.activity = activity
+        self.version = version
+        self.key = None if api_key is None else api_key.encode()
+        self.exempt = exempt
+        self.timeout_ms = timeout_ms
+        self.expected = ExpectedInputs()
+        self._ids = (f"{os.getpid():x}-g{int(time.time()):x}-{n}" for n in itertools.count())
+
+    def handlers(self) -> grpc.GenericRpcHandler:
+        methods: dict[str, tuple[Method, Any, Any]] = {
+            "ServerLive": (self.server_live, pb.ServerLiveRequest, pb.ServerLiveResponse),
+            "ServerReady": (self.server_ready, pb.ServerReadyRequest, pb.ServerReadyResponse),
+            "ModelReady": (self.model_ready, pb.ModelReadyRequest, pb.ModelReadyResponse),
+            "ServerMetadata": (self.server_metadata, pb.ServerMetadataRequest, pb.ServerMetadataResponse),
+            "ModelMetadata": (self.model_metadata, pb.ModelMetadataRequest, pb.ModelMetadataResponse),
+            "ModelInfer": (self.model_infer, pb.ModelInferRequest, pb.ModelInferResponse),
+        }
+        return grpc.method_handlers_generic_handler(
+            SERVICE,
+            {
+                name: grpc.unary_unary_rpc_method_handler(
+                    self.handler(name, method),
+                    request_deserializer=request.FromString,
+                    response_serializer=response.SerializeToString,
+                )
+                for name, (method, request, response) in methods.items()
+            },
+        )
+
+    def handler(self, name: str, method: Method) -> Method:
+        """``method`` behind the key check, the metrics and the error boundary."""
+        exempt = name in self.exempt
+
+        async def handle(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            started = time.perf_counter()
+            code = "OK"
+            try:
+                if not exempt and self.key is not None and not self._authorised(context):
+                    self.metrics.observe_error("auth")
+                    raise _Refused(UNAUTHENTICATED)
+                return await method(request, context)
+            except _Refused as refused:
+                code = code_of(refused.answer).name
+                await context.abort_with_status(status_of(refused.answer))
+            except Exception as exc:  # every error becomes a status here
+                answer = answer_for(exc, self.metrics)
+                if answer is None:
+                    log.exception("unhandled error in gRPC %s", name)
+                    self.metrics.observe_error("internal")
+                    answer = ErrorAnswer(500, "internal server error; the server log has the details")
+                code = code_of(answer).name
+                await context.abort_with_status(status_of(answer))
+            finally:
+                self.metrics.observe_rpc(name, code, time.perf_counter() - started, _inference.get())
+
+        return handle
+
+    def _authorised(self, context: grpc.aio.ServicerContext[Any, Any]) -> bool:
+        given = b""
+        for key, value in context.invocation_metadata() or ():
+            text = value if isinstance(value, str) else value.decode("latin-1")
+            if key == "authorization" and text[:7].lower() == "bearer ":
+                given = text[7:].strip().encode()
+            elif key == "x-api-key":
+                given = text.strip().encode()
+        assert self.key is not None
+        return hmac.compare_digest(given, self.key)
+
+    async def server_live(self, request: pb.ServerLiveRequest, context: Any) -> pb.ServerLiveResponse:
+        return pb.ServerLiveResponse(live=self.host.status != "failed")
+
+    async def server_ready(self, request: pb.ServerReadyRequest, context: Any) -> pb.ServerReadyResponse:
+        return pb.ServerReadyResponse(ready=self.host.status == "ready")
+
+    async def model_ready(self, request: pb.ModelReadyRequest, context: Any) -> pb.ModelReadyResponse:
+        try:
+            find_model(self.host, request.name, request.version or None)
+        except NotReady:
+            return pb.ModelReadyResponse(ready=False)
+        return pb.ModelReadyResponse(ready=True)
+
+    async def server_metadata(self, request: pb.ServerMetadataRequest, context: Any) -> pb.ServerMetadataResponse:
+        return pb.ServerMetadataResponse(name="inferpool", version=self.version)
+
+    async def model_metadata(self, request: pb.ModelMetadataRequest, context: Any) -> pb.ModelMetadataResponse:
+        model = find_model(self.host, request.name, request.version or None)
+        found = metadata(model.name, model.schema, VERSION, model.info.handler)
+        response = pb.ModelMetadataResponse(name=found["name"], versions=found["versions"], platform=found["platform"])
+        for field in ("inputs", "outputs"):
+            for tensor in found[field]:
+                getattr(response, field).add(name=tensor["name"], datatype=tensor["datatype"], shape=tensor["shape"])
+        return response
+
+    async def model_infer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
+        activity = self.activity
+        limit = activity.limit
+        if limit is not None and activity.active >= limit:
+            self.metrics.observe_error("load_shed")
+            raise Overloaded(f"the server holds {limit} requests already; retry later or elsewhere")
+        activity.active += 1
+        try:
+            return await self._infer(request, context)
+        finally:
+            activity.active -= 1
+
+    async def _infer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
+        received = time.perf_counter()
+        rid = _request_id(context) or request.id or next(self._ids)
+        request_id.set(rid)
+        context.set_trailing_metadata((("x-request-id", rid),))
+        model = find_model(self.host, request.model_name, request.model_version or None)
+        decoded = tensors.decode(request, self.expected(model))
+        parsed = time.perf_counter()
+        when = deadline(None, self.timeout_ms, decoded.timeout_ms)
+        remaining = context.time_remaining()
+        if remaining is not None:  # the caller's own deadline, when it set one
+            when = min(when or float("inf"), time.monotonic() + remaining)
+        prediction = await model.infer(decoded.inputs, when, rid)
+        encoding = time.perf_counter()
+        response = tensors.encode(model.name, VERSION, request.id, prediction.outputs, decoded.outputs)
+        inference = Inference(
+            model=model.name,
+            decode_seconds=parsed - received + prediction.validate_seconds,
+            queue_seconds=prediction.queue_seconds,
+            compute_seconds=prediction.compute_seconds,
+            encode_seconds=time.perf_counter() - encoding,
+            batch_size=prediction.batch_size,
+            batch_seconds=prediction.batch_seconds,
+        )
+        self.metrics.observe_inference(inference)
+        _inference.set(inference)
+        self.metrics.refresh(model)
+        return response
+
+
+class _Refused(Exception):
+    def __init__(self, answer: ErrorAnswer) -> None:
+        super().__init__(answer.message)
+        self.answer = answer
+
+
+def _request_id(context: Any) -> str | None:
+    for key, value in context.invocation_metadata() or ():
+        if (
+            key == "x-request-id"
+            and isinstance(value, str)
+            and 0 < len(value) <= MAX_REQUEST_ID
+            and value.isprintable()
+        ):
+            return value
+    return None

@@ -1,0 +1,42 @@
+"""Errors as gRPC statuses. The answer is the one the REST front end gives (service.errors:
+same reasons, same words, same metrics), mapped by its HTTP status to a gRPC code; a refusal
+worth retrying carries google.rpc.RetryInfo, gRPC's standard form of Retry-After."""
+
+from __future__ import annotations
+
+import grpc
+from google.protobuf.any_pb2 import Any as AnyMessage
+from google.protobuf.duration_pb2 import Duration
+from google.rpc import error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+from service.errors import ErrorAnswer
+
+CODES: dict[int, grpc.StatusCode] = {
+    400: grpc.StatusCode.INVALID_ARGUMENT,
+    401: grpc.StatusCode.UNAUTHENTICATED,
+    404: grpc.StatusCode.NOT_FOUND,
+    413: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    422: grpc.StatusCode.INVALID_ARGUMENT,
+    500: grpc.StatusCode.INTERNAL,
+    503: grpc.StatusCode.UNAVAILABLE,
+    504: grpc.StatusCode.DEADLINE_EXCEEDED,
+}
+
+
+def code_of(answer: ErrorAnswer) -> grpc.StatusCode:
+    return CODES.get(answer.status, grpc.StatusCode.UNKNOWN)
+
+
+def status_of(answer: ErrorAnswer) -> grpc.Status:
+    """The status to abort with: code, message (naming the input when one is at fault) and,
+    for a refusal that says when to come back, RetryInfo."""
+    code = code_of(answer)
+    message = answer.message if answer.input is None else f"{answer.message} (input '{answer.input}')"
+    status = status_pb2.Status(code=code.value[0], message=message)
+    retry_after = (answer.headers or {}).get("Retry-After")
+    if retry_after is not None:
+        detail = AnyMessage()
+        detail.Pack(error_details_pb2.RetryInfo(retry_delay=Duration(seconds=int(retry_after))))
+        status.details.append(detail)
+    return rpc_status.to_status(status)
