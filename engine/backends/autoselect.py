@@ -99,7 +99,13 @@ def backend_names() -> list[str]:
 
 def resolve_backend(module: InferenceModule, options: RuntimeOptions) -> BackendChoice:
     if options.backend == AUTO:
-        return choose(module, options, {n: BACKENDS[n] for n in options.auto_backends or AUTO_CANDIDATES})
+        choice = choose(module, options, {n: BACKENDS[n] for n in options.auto_backends or AUTO_CANDIDATES})
+        # A backend whose artifact holds its own copy of the weights lets the torch module's go,
+        # now that nothing else will run it (onnxruntime; see engine.backends.weights).
+        release = getattr(choice.backend, "release_weights", None)
+        if release is not None:
+            release(module)
+        return choice
     if options.backend not in BACKENDS:
         raise ConfigError(f"backend {options.backend!r} is unknown; choose one of {backend_names()}")
     backend = BACKENDS[options.backend]

@@ -9,14 +9,23 @@ read, the ``torch.export`` graph instead (as for the AOTInductor packages). A wa
 therefore neither exports nor traces; the parity check against eager still runs. The key is
 also written into the file's metadata, so that a file renamed or copied under another key is
 noticed, not served.
+
+The weights go into a second file beside it (``<file>.<hash>.data``, ONNX external data, each tensor at
+a page boundary), which onnxruntime maps instead of copying: a session on MiniLM built from one
+self-contained file held 110 MB and peaked at 142 MB over the library while it parsed the
+protobuf; from external data 53 MB, with no peak (only the packed matrices are copied; what the
+graph reads row by row, as the embedding table, stays on disk until read).
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import inspect
 import logging
+import os
 import time
+import uuid
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -29,6 +38,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from engine.backends import unfaulted
 from engine.compile_cache import (
     artifact_path,
     cache_dir,
@@ -53,6 +63,10 @@ OPTIMIZE = True
 exporter emits around Reshape. Change it (or the call) and bump EXPORTER, and old files are
 not read."""
 EXPORTER = "torch.onnx.export dynamo=True"
+EXTERNAL_MIN_BYTES = 1024  # onnx's own threshold: smaller tensors stay inline
+ALIGN = 4096  # a page: each external tensor maps on its own pages
+LAYOUT = f"external data >= {EXTERNAL_MIN_BYTES} B aligned to {ALIGN}"
+"""How the file is laid out, part of the key: a file of another layout is not read."""
 VERSIONED = ("onnx", "onnxscript", "onnxruntime")  # torch is in the machine fingerprint
 # The exporter logs a warning for each torchvision op it cannot register when torchvision is
 # absent; those ops are irrelevant unless the model uses them (then the export fails loudly).
@@ -138,7 +152,7 @@ def _versions() -> str:
 def export_key(module: InferenceModule, program: torch.export.ExportedProgram) -> str:
     """The key from the exported graph: for models whose code cannot be read (see source_key)."""
     names = [s.name for s in module.schema.inputs + module.schema.outputs]  # the file's input/output names
-    parts = [str(program.graph), EXPORTER, f"optimize={OPTIMIZE}", repr(names), _versions()]
+    parts = [str(program.graph), EXPORTER, f"optimize={OPTIMIZE}", LAYOUT, repr(names), _versions()]
     return content_key([*parts, *tensor_parts(program)])
 
 
@@ -164,13 +178,16 @@ def source_key(module: InferenceModule) -> str | None:
             return None
         code.append(f"{kind.__module__}.{kind.__qualname__}\n{text}")
     specs = [repr(spec) for spec in module.schema.inputs + module.schema.outputs]
-    parts = ["source", EXPORTER, f"optimize={OPTIMIZE}", *specs, _versions(), *code]
-    return content_key([*parts, *named_value_parts(module.module.state_dict())])
+    parts = ["source", EXPORTER, f"optimize={OPTIMIZE}", LAYOUT, *specs, _versions(), *code]
+    values = module.module.state_dict()
+    try:  # weights mapped from a file are read from it, not faulted in (engine.backends.unfaulted)
+        return unfaulted.content_key([*parts, *unfaulted.value_parts(values)])
+    except OSError:
+        return content_key([*parts, *named_value_parts(values)])
 
 
-def to_onnx(module: InferenceModule, program: torch.export.ExportedProgram, key: str) -> bytes:
-    """The program as a serialised ONNX model, its key in the metadata. Models over protobuf's
-    2 GB limit do not fit in one serialised model this way."""
+def to_onnx(module: InferenceModule, program: torch.export.ExportedProgram, key: str) -> Any:
+    """The program as an ONNX ModelProto, its key in the metadata."""
     require("onnxscript")  # the dynamo exporter's op library; torch imports it lazily
     schema = module.schema
     try:
@@ -189,14 +206,76 @@ def to_onnx(module: InferenceModule, program: torch.export.ExportedProgram, key:
         proto = onnx_program.model_proto
         entry = proto.metadata_props.add()
         entry.key, entry.value = KEY_METADATA, key
-        model: bytes = proto.SerializeToString()
     except Exception as exc:
         raise ModelLoadError(f"cannot export model {module.name!r} to ONNX: {exc}; use backend 'eager'") from exc
-    return model
+    return proto
 
 
-def _write(model: bytes, path: Path) -> None:
-    path.write_bytes(model)
+def _large_initializers(proto: Any) -> list[Any]:
+    return [t for t in proto.graph.initializer if t.HasField("raw_data") and len(t.raw_data) >= EXTERNAL_MIN_BYTES]
+
+
+def _write_data(tensors: list[Any], extents: list[tuple[int, int]], path: Path) -> Path:
+    """The tensors' bytes in a file beside ``path`` named by their hash: two starts exporting one
+    key at once each keep the data their model file points at, even if the exports differ."""
+    digest = hashlib.sha256()
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        with temporary.open("wb") as file:
+            for tensor in tensors:
+                file.seek(-file.tell() % ALIGN, 1)  # a hole, not written zeros
+                data = tensor.raw_data
+                extents.append((file.tell(), len(data)))
+                file.write(data)
+                digest.update(data)
+            file.truncate()  # a trailing hole must still be part of the file
+        final = path.with_name(f"{path.name}.{digest.hexdigest()[:16]}.data")
+        os.replace(temporary, final)
+    finally:
+        temporary.unlink(missing_ok=True)
+    return final
+
+
+def _point_at(tensors: list[Any], extents: list[tuple[int, int]], location: str) -> None:
+    external = require("onnx").TensorProto.EXTERNAL
+    for tensor, (offset, length) in zip(tensors, extents, strict=True):
+        tensor.ClearField("raw_data")
+        tensor.data_location = external
+        del tensor.external_data[:]
+        for name, value in (("location", location), ("offset", str(offset)), ("length", str(length))):
+            entry = tensor.external_data.add()
+            entry.key, entry.value = name, value
+
+
+def _write(proto: Any, path: Path) -> None:
+    """The model file and its external data file (written first: a model file in the cache
+    always has its data). A model file left without its data (deleted by hand) fails to load
+    and is exported again, as any unusable cached file is; data files of replaced exports stay
+    behind, as the cache's other files do."""
+    tensors = _large_initializers(proto)
+    extents: list[tuple[int, int]] = []
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = _write_data(tensors, extents, path)
+    _point_at(tensors, extents, data.name)
+    try:
+        write_atomically(path, partial(_write_proto, proto))
+    except OSError:
+        _inline(tensors, extents, data)  # the in-memory fallback needs the bytes back
+        raise
+
+
+def _write_proto(proto: Any, path: Path) -> None:
+    path.write_bytes(proto.SerializeToString())
+
+
+def _inline(tensors: list[Any], extents: list[tuple[int, int]], path: Path) -> None:
+    default = require("onnx").TensorProto.DEFAULT
+    with path.open("rb") as file:
+        for tensor, (offset, length) in zip(tensors, extents, strict=True):
+            file.seek(offset)
+            tensor.raw_data = file.read(length)
+            tensor.data_location = default
+            del tensor.external_data[:]
 
 
 def ensure_export(
@@ -215,13 +294,14 @@ def ensure_export(
     program = program or export_program(module)
     progress(f"{module.name!r}: exporting to ONNX ...")
     started = time.perf_counter()
-    model = to_onnx(module, program, key)
+    proto = to_onnx(module, program, key)
     seconds = time.perf_counter() - started
     try:
-        write_atomically(path, partial(_write, model))
+        _write(proto, path)
     except OSError as exc:
-        # A read-only cache costs the next start an export; it must not stop this one.
+        # A read-only cache costs the next start an export; it must not stop this one. Models
+        # over protobuf's 2 GB limit do not fit in one serialised model this way.
         log.warning("cannot cache the ONNX export of %r in %s (%s); serving it from memory", module.name, path, exc)
-        return OnnxExport(model, key, seconds)
+        return OnnxExport(proto.SerializeToString(), key, seconds)
     progress(f"{module.name!r}: exported to ONNX in {seconds:.1f} s -> {path}")
     return OnnxExport(path, key, seconds)

@@ -5,6 +5,14 @@
 the weights (~90 MB each on MiniLM). A runtime keeps only its RunOptions. The export itself is
 cached on disk (engine.backends.onnx_export): a restart builds the session from the file.
 
+Weights once: when onnxruntime alone serves the model (``backend = "onnxruntime"``, or ``auto``
+chose it: ``release_weights``), the torch module's weights are moved into a mapped file
+(engine.backends.weights) once the eager reference for the parity check is computed and before
+the session is built, so the two copies are never resident together. A module so released is
+remembered with its checked export and reference: the session a forked process rebuilds for
+more intra-op threads (``threaded_artifact``) is built from that file and checked against that
+reference, without reading the torch weights again.
+
 Plain ``session.run`` with numpy inputs, not ``run_with_iobinding``: on the digits CNN (1
 thread, median of 15 x 300 calls) run took 21 us at batch 1 and 200 us at batch 32, an
 IOBinding per runtime 25 / 205 us, and one with preallocated output buffers 29 / 211 us --
@@ -14,13 +22,20 @@ binding costs more Python calls per request than the copies it saves on tensors 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+import torch
 
 from engine.backends.base import Runtime
 from engine.backends.onnx_export import KEY_METADATA, OnnxExport, Progress, ensure_export, require
 from engine.backends.parity import Tolerance, eager_outputs, first_mismatch
+from engine.backends.weights import map_weights
+from engine.compile_cache import cache_dir
 from engine.errors import ModelLoadError
 from engine.module import InferenceModule
 from engine.options import RuntimeOptions
@@ -28,6 +43,25 @@ from engine.schema import Array
 from engine.sources import load_model
 
 log = logging.getLogger(__name__)
+WEIGHTS_SUFFIX = ".weights.pt"
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A module's export that passed the parity check, and the eager outputs it was checked against."""
+
+    exported: OnnxExport
+    reference: Sequence[np.ndarray]
+    released: bool = False
+    """The torch weights were moved out of memory (see engine.backends.weights)."""
+
+
+_checked: weakref.WeakKeyDictionary[torch.nn.Module, Checked] = weakref.WeakKeyDictionary()
+
+
+def checked(module: InferenceModule) -> Checked | None:
+    """The last export of ``module`` that passed the parity check in this process, if any."""
+    return _checked.get(module.module)
 
 
 def session_options(options: RuntimeOptions) -> Any:
@@ -50,12 +84,14 @@ def session_options(options: RuntimeOptions) -> Any:
     return so
 
 
-def check_parity(module: InferenceModule, session: Any) -> None:
-    """Run the example inputs through ORT and eager once: a model that exported into
-    something else (a silently specialised shape, a wrong op) fails at load, not in traffic."""
+def check_parity(module: InferenceModule, session: Any, reference: Sequence[np.ndarray] | None = None) -> None:
+    """Run the example inputs through ORT and compare with eager's outputs on them
+    (``reference``, computed now if None): a model that exported into something else (a
+    silently specialised shape, a wrong op) fails at load, not in traffic."""
     names = [s.name for s in module.schema.outputs]
     got = session.run(names, dict(module.example_inputs))
-    wrong = first_mismatch(names, got, eager_outputs(module, module.example_inputs), OnnxRuntime.tolerance)
+    want = eager_outputs(module, module.example_inputs) if reference is None else reference
+    wrong = first_mismatch(names, got, want, OnnxRuntime.tolerance)
     if wrong is not None:
         raise ModelLoadError(
             f"the ONNX export of {module.name!r} disagrees with the eager model on output {wrong!r}; "
@@ -63,7 +99,9 @@ def check_parity(module: InferenceModule, session: Any) -> None:
         )
 
 
-def _checked_session(module: InferenceModule, options: RuntimeOptions, exported: OnnxExport) -> Any:
+def _checked_session(
+    module: InferenceModule, options: RuntimeOptions, exported: OnnxExport, reference: Sequence[np.ndarray]
+) -> Any:
     """A session on ``exported`` that answers as the eager model does, or ModelLoadError."""
     ort = require("onnxruntime")
     model = str(exported.model) if isinstance(exported.model, Path) else exported.model
@@ -80,26 +118,59 @@ def _checked_session(module: InferenceModule, options: RuntimeOptions, exported:
             f"{where} is not the ONNX export of {module.name!r} it is named for (key {key!r}, inputs and "
             f"outputs {names}; expected {exported.key!r}, {want})"
         )
-    check_parity(module, session)
+    check_parity(module, session, reference)
     return session
 
 
+def _release(module: InferenceModule, exported: OnnxExport) -> bool:
+    if not isinstance(exported.model, Path):
+        return False  # an unwritable cache: no file to move the weights into
+    released = map_weights(module.module, exported.model.with_suffix(WEIGHTS_SUFFIX))
+    if released:
+        log.info("model %r: torch weights moved out of memory; onnxruntime serves it", module.name)
+    return released
+
+
+def _cached_in(exported: OnnxExport, options: RuntimeOptions) -> bool:
+    """The export is the one a start with ``options`` would find (not another cache's)."""
+    return isinstance(exported.model, Path) and exported.model.parent == cache_dir(options.compile_cache_dir)
+
+
+def _rebuilt_session(module: InferenceModule, options: RuntimeOptions, known: Checked) -> Any | None:
+    try:
+        return _checked_session(module, options, known.exported, known.reference)
+    except ModelLoadError as exc:  # the file changed since it was checked: the full path below
+        log.warning("the checked ONNX export of %r no longer loads as checked: %s", module.name, exc)
+        return None
+
+
 def load_session(
-    module: InferenceModule, options: RuntimeOptions, progress: Progress = log.debug
+    module: InferenceModule, options: RuntimeOptions, progress: Progress = log.debug, *, release: bool = False
 ) -> tuple[Any, OnnxExport]:
     """The model's session, checked against eager, from its cached export or a new one. A cached
     file that does not load, is not what its name says or disagrees with eager is exported
-    again (with a warning naming it): a cache must never be a reason not to start."""
+    again (with a warning naming it): a cache must never be a reason not to start. ``release``:
+    onnxruntime alone will serve the model, so its torch weights leave memory before the session
+    is built (see the module docstring)."""
     require("onnxruntime")  # before exporting, and so that its absence is not taken for a bad file
+    known = checked(module)
+    if known is not None and known.released and _cached_in(known.exported, options):
+        session = _rebuilt_session(module, options, known)
+        if session is not None:
+            return session, replace(known.exported, export_seconds=None)  # from the cache this time
     exported = ensure_export(module, options, progress)
+    reference = eager_outputs(module, module.example_inputs)  # while the weights are in memory anyway
+    released = (known is not None and known.released) or (release and _release(module, exported))
     try:
-        return _checked_session(module, options, exported), exported
+        session = _checked_session(module, options, exported, reference)
     except ModelLoadError as exc:
         if exported.export_seconds is not None:
             raise  # exported just now: the model itself does not survive the export
         log.warning("the cached ONNX export %s is unusable, exporting %r again: %s", exported.model, module.name, exc)
-    exported = ensure_export(module, options, progress, rebuild=True)
-    return _checked_session(module, options, exported), exported
+        exported = ensure_export(module, options, progress, rebuild=True)
+        session = _checked_session(module, options, exported, reference)
+    _checked[module.module] = Checked(exported, reference, released)
+    return session, exported
 
 
 def compile_model(source: str, options: RuntimeOptions, progress: Progress = log.info) -> OnnxExport:
@@ -129,7 +200,16 @@ class OnnxRuntime(Runtime):
 
     @classmethod
     def compile(cls, module: InferenceModule, options: RuntimeOptions) -> Any:
-        return load_session(module, options)[0]
+        # Named, it alone will serve the module; under ``auto`` the weights stay until it is chosen.
+        return load_session(module, options, release=options.backend == "onnxruntime")[0]
+
+    @classmethod
+    def release_weights(cls, module: InferenceModule) -> None:
+        """``auto`` chose this backend: nothing but the session runs the model any more, so the
+        torch weights leave memory (the one session ``compile`` built and checked stays)."""
+        known = checked(module)
+        if known is not None and not known.released and _release(module, known.exported):
+            _checked[module.module] = Checked(known.exported, known.reference, released=True)
 
     def run(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
         outputs = self.compiled.run(self._outputs, {name: inputs[name] for name in self._inputs}, self._run_options)
