@@ -7,6 +7,8 @@ How much does serving cost on *your* hardware and model? Times, on the model's e
 - the HTTP round trip of ``POST /predict`` (JSON) and of v2 infer with binary tensors, one
   request at a time over one keep-alive connection to a real ``inferpool serve`` started with
   the same settings on a free 127.0.0.1 port,
+- gRPC ModelInfer with raw tensors (models without a handler), one call at a time on one
+  channel to the same server,
 - the same ``POST /predict`` to a bare ASGI reference (service/bench_reference.py: uvicorn with
   the same loop and HTTP settings, orjson in and out around the same bare model call, inline),
 
@@ -32,6 +34,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import grpc
 import uvloop
 
 from cli.argv import config_argument, refuse, settings_from_argv
@@ -39,13 +42,14 @@ from cli.bench_report import format_table, summarize
 from config import Settings
 from engine import ConfigError, EngineError, ServedModel
 from harness.client import KeepAlive
-from harness.payloads import Payload, json_request, v2_request
-from harness.server import inferpool_serve, launch, python_module
+from harness.payloads import Payload, grpc_request, json_request, v2_request
+from harness.server import free_port, inferpool_serve, launch, python_module
 from service.host import plans, sized
 
 REFERENCE_PHASE = "bare_asgi"  # reported apart from the server's own phases
 SERVE = (sys.executable, "-m", "cli.main")  # this interpreter's InferPool, whatever is on PATH
 REFERENCE = "service.bench_reference"  # the bare ASGI app the bench compares with
+MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"
 Phase = Callable[[int, float], list[float]]
 """(most calls, seconds allowed) -> seconds per call."""
 
@@ -120,15 +124,18 @@ def run(settings: Settings, serve_args: list[str], limits: Limits, inputs: objec
         # ``auto`` chose here; the server must serve that same backend, not time its own pick.
         serve_args = [*serve_args, "--runtime.backend", chosen]
     ready = limits.ready_timeout
+    grpc_target = f"127.0.0.1:{free_port()}"
+    served_args = [*serve_args, "--grpc-port", grpc_target.rsplit(":", 1)[1]]
     try:
         with (
-            launch(inferpool_serve(*serve_args, program=SERVE), name="the server", ready_timeout=ready) as server,
+            launch(inferpool_serve(*served_args, program=SERVE), name="the server", ready_timeout=ready) as server,
             launch(python_module(REFERENCE, *serve_args), name="the reference", ready_timeout=ready) as bare_app,
             asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner,
+            grpc.insecure_channel(grpc_target) as channel,
         ):
             client, reference = KeepAlive(server.port), KeepAlive(bare_app.port)
             try:
-                phases = _phases(served, payload, client, runner)
+                phases = _phases(served, payload, client, runner, channel)
                 phases.order[REFERENCE_PHASE] = _http_phase(reference, reference.encode(json_request(payload)))
                 times = _interleave(phases, limits)
                 facts = _server_facts(client, served.name)
@@ -147,7 +154,9 @@ def _payload(served: ServedModel) -> object:
     return next(iter(examples.values())) if len(examples) == 1 else dict(examples)
 
 
-def _phases(served: ServedModel, payload: object, client: KeepAlive, runner: asyncio.Runner) -> Phases:
+def _phases(
+    served: ServedModel, payload: object, client: KeepAlive, runner: asyncio.Runner, channel: grpc.Channel
+) -> Phases:
     phases = Phases()
     phases.order["bare"] = lambda count, budget: _timed(lambda: served.time_example_call(repeats=1), count, budget)
 
@@ -163,7 +172,23 @@ def _phases(served: ServedModel, payload: object, client: KeepAlive, runner: asy
         requests["http_v2_binary"] = v2_request(served.name, inputs, outputs)
     for name, request in requests.items():
         phases.order[name] = _http_phase(client, client.encode(request))
+    if served.handler is None:
+        phases.order["grpc"] = _grpc_phase(channel, grpc_request(served.name, inputs, outputs))
     return phases
+
+
+def _grpc_phase(channel: grpc.Channel, request: bytes) -> Phase:
+    call: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(MODEL_INFER)  # bytes in, bytes out
+
+    def exchange() -> float:
+        started = time.perf_counter()
+        try:
+            call(request, timeout=60)
+        except grpc.RpcError as exc:
+            raise RuntimeError(f"gRPC ModelInfer answered {exc.code().name}: {exc.details()}") from None
+        return time.perf_counter() - started
+
+    return lambda count, budget: _timed(exchange, count, budget)
 
 
 def _http_phase(client: KeepAlive, request: bytes) -> Phase:
@@ -243,7 +268,9 @@ def _report(
         if name != "bare"
     }
     client_cpu = {
-        name: round(phases.cpu_seconds[name] / len(times[name]) * 1e6, 1) for name in times if name.startswith("http")
+        name: round(phases.cpu_seconds[name] / len(times[name]) * 1e6, 1)
+        for name in times
+        if name.startswith(("http", "grpc"))
     }
     ours = stats["http_json"]["p50_us"] - bare["p50_us"]
     theirs = reference["p50_us"] - bare["p50_us"]

@@ -11,6 +11,7 @@ LABELS = {
     "engine": "engine infer (hand-off, no HTTP)",
     "http_json": "HTTP POST /predict (JSON)",
     "http_v2_binary": "HTTP v2 infer (binary tensors)",
+    "grpc": "gRPC v2 ModelInfer (raw tensors)",
 }
 
 
@@ -56,7 +57,8 @@ def format_table(report: dict[str, Any]) -> str:
         "",
         f"HTTP /predict overhead p50: InferPool {ref['inferpool_overhead_p50_us']:.1f} µs, bare ASGI app "
         f"{ref['bare_asgi_overhead_p50_us']:.1f} µs: {ratio} (same uvicorn settings, bare call inline)",
-        "overhead = phase - bare call, at the same percentile; one request at a time, one keep-alive connection.",
+        "overhead = phase - bare call, at the same percentile; one request at a time, one keep-alive connection "
+        "(gRPC: one channel).",
         f"The client runs on this machine inside each round trip; its CPU per request: {cpu}.",
     ]
     return "\n".join(lines)

@@ -73,6 +73,21 @@ def v2_request(
     return Payload(path, body + b"".join(chunks), (BINARY, (HEADER_LENGTH, str(len(body)))))
 
 
+def grpc_request(model: str, inputs: Mapping[str, npt.NDArray[Any]], outputs: Sequence[str] = ()) -> bytes:
+    """A serialised gRPC ModelInferRequest of ``inputs`` as raw contents (as Triton's client
+    sends them), to send as bytes on a channel with no serializer."""
+    from service.grpc_v2 import inference_pb2 as pb  # the messages only: no torch, no server
+
+    request = pb.ModelInferRequest(model_name=model)
+    for name, value in inputs.items():
+        array = np.ascontiguousarray(value)
+        request.inputs.add(name=name, datatype=_datatype(array.dtype), shape=array.shape)
+        request.raw_input_contents.append(array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes())
+    for name in outputs:
+        request.outputs.add(name=name)
+    return request.SerializeToString()
+
+
 def _tensor(name: str, value: Tensor, binary: bool) -> tuple[dict[str, Any], bytes]:
     """An input's entry in the JSON header, and its binary data (none unless ``binary``)."""
     if isinstance(value, np.ndarray):

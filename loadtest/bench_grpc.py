@@ -26,25 +26,17 @@ import uvloop
 
 from harness.client import Connection
 from harness.metrics import metric_total
-from harness.payloads import json_request, v2_request
+from harness.payloads import grpc_request, json_request, v2_request
 from harness.server import free_port, inferpool_serve, launch
 from loadtest.procs import tree_cpu_seconds
-from service.grpc_v2 import inference_pb2 as pb
 
 INFER = "/inference.GRPCInferenceService/ModelInfer"
 IMAGE = np.random.default_rng(0).integers(0, 17, size=(1, 1, 8, 8)).astype(np.float32)
 Call = Callable[[], Awaitable[object]]
 
 
-def grpc_body() -> bytes:
-    request = pb.ModelInferRequest(model_name="digits")
-    request.inputs.add(name="image", datatype="FP32", shape=IMAGE.shape)
-    request.raw_input_contents.append(IMAGE.tobytes())
-    return request.SerializeToString()
-
-
 async def grpc_callers(target: str, n: int) -> tuple[list[Call], Callable[[], Awaitable[None]]]:
-    body = grpc_body()
+    body = grpc_request("digits", {"image": IMAGE})
     channels = [grpc.aio.insecure_channel(target) for _ in range(n)]
     calls: list[Call] = []
     for channel in channels:

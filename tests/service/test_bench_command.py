@@ -11,7 +11,7 @@ from cli.bench_report import LABELS, format_table
 from engine.threads import usable_cpus
 from harness.server import INFERPOOL
 
-PHASES = ["bare", "engine", "http_json", "http_v2_binary"]
+PHASES = ["bare", "engine", "http_json", "http_v2_binary", "grpc"]
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +50,7 @@ def test_every_phase_is_timed_with_positive_numbers(report):
         assert stats["calls"] == 40
         assert 0 < stats["p50_us"] <= stats["p99_us"]
         assert stats["mean_us"] > 0
-    assert set(report["client_cpu_us_per_request"]) == {"http_json", "http_v2_binary"}
+    assert set(report["client_cpu_us_per_request"]) == {"http_json", "http_v2_binary", "grpc"}
     assert all(cpu > 0 for cpu in report["client_cpu_us_per_request"].values())
 
 
