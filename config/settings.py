@@ -10,7 +10,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -212,6 +212,12 @@ class Settings(BaseSettings):
             if origin == "*" or not origin.startswith(("http://", "https://")):
                 raise ValueError(f"CORS origin {origin!r} must be an explicit origin like 'https://app.example.com'")
         return value
+
+    @model_validator(mode="after")
+    def _distinct_ports(self) -> Settings:
+        if self.grpc_port and self.grpc_port == self.port:
+            raise ValueError(f"grpc_port and port are both {self.port}: give gRPC its own port (or 0 to turn it off)")
+        return self
 
     _model_source = field_validator("model")(check_source)
     _known_backend = field_validator("runtime")(check_backend)

@@ -43,6 +43,7 @@ def test_priority_is_cli_then_env_then_file(monkeypatch, tmp_path):
         (["--port", "70000"], "less than or equal to 65535"),
         (["--latency-buckets", "[0.1, 0.01]"], "must be positive and strictly increasing"),
         (["--runtime.dispatch", "fastest"], "dispatch='fastest' is invalid: use one of ('threads', 'inline', 'auto')"),
+        (["--port", "9000", "--grpc-port", "9000"], "give gRPC its own port (or 0 to turn it off)"),
     ],
 )
 def test_bad_values_are_refused_with_a_fix(args, message):
