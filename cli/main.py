@@ -8,6 +8,7 @@ from collections.abc import Callable
 from cli.bench import bench_main
 from cli.compile import compile_main
 from cli.serve import serve
+from cli.tune import tune_main
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,6 +29,7 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
         "prepare the cache serve reads (ONNX exports, AOTInductor packages) ahead of time",
     ),
     "bench": (bench_main, "time the bare model call vs the HTTP round trip on this machine (server overhead)"),
+    "tune": (tune_main, "search the fastest serving settings within a p99 objective and a time budget; write them"),
 }
 
 

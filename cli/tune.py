@@ -1,0 +1,209 @@
+"""``inferpool tune --p99-ms MS (--concurrency N | --rate R) [--budget 10m] [serve settings...]``
+
+Find the serving settings that give the most throughput on *this* machine and model within a p99
+latency objective: backend, processes, runtimes, intra-op threads, dispatch, batch size and
+queue delay. In four steps, never past ``--budget``:
+
+1. time the bare model call per backend, thread count and batch size here, once, and keep only
+   the settings those costs say can help (cli/tune_space.py has the rules), best predicted first;
+2. run each on a real ``inferpool serve`` under the workload (closed loop at ``--concurrency``
+   clients or open loop at ``--rate`` requests/s, of the model's example or of ``--requests``,
+   a JSONL file of POST /predict bodies), stopping a trial early once it cannot win;
+3. print every trial; write the winner's config (``--out``/tuned.toml, for ``inferpool serve
+   --config``), trials.json and a Pareto plot of throughput against p99;
+4. confirm: the winner against the defaults (serve with the settings given here, untuned), in
+   interleaved rounds: the throughput ratio and whether the objective held.
+
+Exit status 0 with a winner, 1 when no setting met the objective (the closest is written to
+closest.toml and named), 2 for invalid arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from cli.argv import config_argument, refuse, settings_from_argv
+from cli.tune_budget import Budget, format_seconds, parse_duration
+from cli.tune_confirm import Confirmation, confirm, reserve
+from cli.tune_costs import CostMeter, Costs, batch_sizes, measure_costs
+from cli.tune_progress import Progress
+from cli.tune_report import confirmation_lines, format_table, verdict, write_results
+from cli.tune_space import Knobs, Load, build_space, calibrate, keep_backends, rerank
+from cli.tune_trials import DEFAULTS, Plan, Trial, Trials
+from config import Settings
+from engine import EngineError
+from engine.options import AUTO_CANDIDATES
+from engine.threads import usable_cpus
+from harness.load import Workload
+from harness.payloads import JSON, Payload, json_request
+from service.host import sized
+
+COSTS_SHARE = 0.2  # of the budget, at most, for timing the model here
+MAX_BATCH = 64
+
+
+def tune_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="inferpool tune", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    config_argument(parser)
+    parser.add_argument("--p99-ms", type=float, required=True, help="the latency objective: p99 in milliseconds")
+    workload = parser.add_mutually_exclusive_group(required=True)
+    workload.add_argument("--concurrency", type=int, help="closed loop: clients, each sending again once answered")
+    workload.add_argument("--rate", type=float, help="open loop: requests per second, on a fixed schedule")
+    parser.add_argument("--requests", type=Path, help="JSONL: one POST /predict body per line, sent in turn")
+    parser.add_argument("--inputs", help='JSON for {"inputs": ...} (instead of the model\'s example input)')
+    parser.add_argument("--budget", default="10m", help="wall-clock limit, e.g. 10m, 90s, 1h (default 10m)")
+    parser.add_argument("--trial-seconds", type=float, help="measured seconds per trial (default: budget/60, 2-10)")
+    parser.add_argument("--out", type=Path, default=Path("inferpool-tune"), help="directory for the results")
+    args, rest = parser.parse_known_args(argv)
+    try:
+        seconds = parse_duration(args.budget)
+    except ValueError as exc:
+        parser.error(str(exc))
+    budget = Budget(seconds)
+    if args.p99_ms <= 0 or (args.concurrency or 1) < 1 or (args.rate or 1) <= 0:
+        parser.error("--p99-ms, --concurrency and --rate must be positive")
+    settings = settings_from_argv("inferpool tune", args, rest, sized)
+    if isinstance(settings, int):
+        return settings
+    try:
+        bodies = _bodies(args.requests, args.inputs)
+    except (OSError, ValueError) as exc:
+        refuse("inferpool tune", exc)
+        return 2
+    load = Load(args.p99_ms / 1e3, args.concurrency, args.rate)
+    trial_seconds = args.trial_seconds or min(10.0, max(2.0, seconds / 60))
+    serve_args = ([] if args.config is None else ["--config", str(args.config)]) + rest
+    progress = Progress(budget)
+    try:
+        return _tune(settings, serve_args, load, bodies, budget, trial_seconds, args.out, progress)
+    except (EngineError, RuntimeError, TimeoutError, ConnectionError) as exc:
+        progress.say(f"inferpool tune: {exc}")
+        return 2 if isinstance(exc, EngineError) else 1
+
+
+def _bodies(path: Path | None, inputs: str | None) -> list[bytes] | None:
+    """The request bodies to send (None: the model's example input)."""
+    if inputs is not None:
+        return [json_request(json.loads(inputs)).body]
+    if path is None:
+        return None
+    lines = [line.strip() for line in path.read_text().splitlines() if line.strip()]
+    for number, line in enumerate(lines, 1):
+        if not isinstance(json.loads(line), dict) or "inputs" not in json.loads(line):
+            raise ValueError(f'{path}:{number}: each line must be a JSON object with "inputs", a POST /predict body')
+    if not lines:
+        raise ValueError(f"{path} has no request")
+    return [line.encode() for line in lines]
+
+
+def _tune(
+    settings: Settings,
+    serve_args: list[str],
+    load: Load,
+    bodies: list[bytes] | None,
+    budget: Budget,
+    trial_seconds: float,
+    out: Path,
+    progress: Progress,
+) -> int:
+    options = settings.runtime
+    first = None if bodies is None else json.loads(bodies[0])["inputs"]
+    if settings.handler is not None and first is None:
+        raise EngineError(f"the model has a handler ({settings.handler}): pass --requests or --inputs with its input")
+    most = format_seconds(budget.seconds * COSTS_SHARE)
+    progress.say(f"inferpool tune: timing {settings.model} here (at most {most})")
+    meter = CostMeter(settings.model, options, settings.handler, first, usable_cpus())
+    costs = _measure(meter, settings, load, budget)
+    model = meter.module.name
+    payloads = [Payload("/predict", b, (JSON,)) for b in bodies] if bodies else [_example(meter)]
+    del meter
+    workload = Workload(payloads, concurrency=load.concurrency, rate=load.rate)
+    budget.reserve = reserve(budget.seconds)
+    plan = Plan(settings, serve_args, model, load, workload, min(2.0, max(0.5, trial_seconds / 4)), trial_seconds)
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="inferpool-tune-") as workdir:
+        trials = Trials(plan, budget, progress, Path(workdir))
+        try:
+            return _search(trials, costs, settings, out, progress)
+        finally:
+            trials.close()
+
+
+def _search(trials: Trials, costs: Costs, settings: Settings, out: Path, progress: Progress) -> int:
+    budget, load = trials.budget, trials.plan.load
+    defaults = Trial(DEFAULTS, Knobs.of(settings.runtime, settings.workers))
+    trials.run(defaults, DEFAULTS, defaults=True)
+    if defaults.summary is None:
+        raise RuntimeError(
+            f"the defaults' server did not serve ({defaults.status}); raise --budget or fix the settings"
+        )
+    served = defaults.knobs.resolved(defaults.served)
+    space = build_space(costs, load, 1 + len(settings.models), settings.runtime.oversubscribe, served)
+    space = rerank(space, costs, load, calibrate(served, costs, load, defaults.summary.throughput))
+    # Its throughput calibrated the model (cli.tune_space.calibrate): no prediction of its own.
+    progress.say(f"search: {len(space.candidates)} settings survive pruning, of a {space.grid}-point grid")
+    for reason in space.reasons:
+        progress.say(f"  {reason}")
+    not_run = passed = 0
+    for number, candidate in enumerate(space.candidates, 1):
+        trials.queued = len(space.candidates) - number
+        if candidate.refines is not None and (trials.best is None or trials.best.knobs != candidate.refines):
+            passed += 1  # a shorter queue delay for a batch setting that did not lead: it would not either
+            continue
+        trial = Trial(f"#{number}", candidate.knobs, round(candidate.predicted))
+        if not trials.run(trial, f"trial {number}/{len(space.candidates)}"):
+            not_run = len(space.candidates) - number + 1
+            break
+    best = trials.best
+    chosen = best if best is not None and best.met else None
+    confirmation = _confirm(trials, best, progress)
+    trials.close()
+    print(format_table(trials.done))
+    if passed:
+        print(f"{passed} shorter queue delays not tried: their batch setting with the longer delay did not lead")
+    if not_run:
+        print(f"{not_run} of {len(space.candidates)} settings not run: the budget left could not hold them")
+    print(verdict(chosen, best, load))
+    for line in confirmation_lines(confirmation, load, best.name if best else "-"):
+        print(line)
+    written = write_results(out, trials, costs, space.reasons, confirmation, settings)
+    print("\n".join(written))
+    print(f"time used: {format_seconds(budget.used())} of the {format_seconds(budget.seconds)} budget")
+    return 0 if chosen is not None else 1
+
+
+def _confirm(trials: Trials, best: Trial | None, progress: Progress) -> Confirmation | None:
+    defaults_port = trials.port(trials.done[0])
+    tuned_port = None if best is None else trials.port(best)
+    if defaults_port is None or tuned_port is None:
+        return None
+    progress.say(f"confirmation: {best.name if best else '-'} against the defaults, interleaved")
+    return confirm(defaults_port, tuned_port, trials.plan.workload, trials.plan.load, trials.budget, progress)
+
+
+def _measure(meter: CostMeter, settings: Settings, load: Load, budget: Budget) -> Costs:
+    options = settings.runtime
+    backends = list(options.auto_backends or AUTO_CANDIDATES)
+    if options.backend != "auto" and options.backend not in backends:
+        backends.append(options.backend)
+    sizes = batch_sizes(min(MAX_BATCH, options.max_request_samples, load.outstanding))
+    per_process = max(1, meter.costs.cpus // (1 + len(settings.models)))
+    threads = [2**i for i in range(per_process.bit_length()) if 2**i <= per_process]
+    deadline = time.monotonic() + budget.seconds * COSTS_SHARE
+    return measure_costs(meter, backends, sizes, threads, deadline, keep_backends)
+
+
+def _example(meter: CostMeter) -> Payload:
+    examples = meter.module.example_inputs
+    return json_request(next(iter(examples.values())) if len(examples) == 1 else dict(examples))
+
+
+if __name__ == "__main__":
+    sys.exit(tune_main(sys.argv[1:]))

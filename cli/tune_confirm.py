@@ -1,0 +1,71 @@
+"""``inferpool tune``'s last step: the winner against the defaults, both servers up, in interleaved
+rounds (defaults-tuned, tuned-defaults, ...) so that a noisy neighbour slows both alike; the
+ratio of their throughputs and whether the objective held for each, on the same clock."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cli.tune_budget import Budget
+from cli.tune_progress import Progress
+from cli.tune_space import Load
+from harness.load import Summary, Window, Workload, run_load
+
+ROUNDS = 4
+WARMUP = 0.5  # per slice: the connections open and the first requests settle
+MIN_SLICE = 0.5
+MAX_SLICE = 5.0
+
+
+def reserve(budget_seconds: float) -> float:
+    """Seconds to keep for the confirmation: ROUNDS x 2 slices of ~1 % of the budget each."""
+    return 2 * ROUNDS * (slice_seconds(budget_seconds) + WARMUP) + 1.0
+
+
+def slice_seconds(budget_seconds: float) -> float:
+    return min(MAX_SLICE, max(1.0, budget_seconds / 100))
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    rounds: int
+    slice_seconds: float
+    defaults: Summary
+    tuned: Summary
+    ratio: float
+    """Tuned over defaults: throughput (closed loop), or defaults' p99 over tuned's (open loop)."""
+    held: bool
+    defaults_held: bool
+
+
+def confirm(
+    defaults_port: int, tuned_port: int, workload: Workload, load: Load, budget: Budget, progress: Progress
+) -> Confirmation | None:
+    """None when too little of the budget is left for even short slices."""
+    slice_ = min(slice_seconds(budget.seconds), budget.left() / (2 * ROUNDS) - WARMUP)
+    if slice_ < MIN_SLICE:
+        return None
+    ports = (defaults_port, tuned_port)  # the same port when the defaults won
+    windows: tuple[list[Window], list[Window]] = ([], [])
+    for round_ in range(ROUNDS):
+        for side in (0, 1) if round_ % 2 == 0 else (1, 0):
+            progress.update(f"confirmation round {round_ + 1}/{ROUNDS}", budget.left())
+            windows[side].append(run_load(ports[side], workload, WARMUP, slice_))
+    defaults, tuned = merged(windows[0]), merged(windows[1])
+    ratio = _ratio(defaults, tuned, load)
+    return Confirmation(ROUNDS, round(slice_, 2), defaults, tuned, ratio, load.met_by(tuned), load.met_by(defaults))
+
+
+def merged(windows: list[Window]) -> Summary:
+    """One summary of several windows: their answers together over their summed time."""
+    total = Window(start=0.0, end=sum(w.elapsed() for w in windows))
+    for window in windows:
+        total.latencies += window.latencies
+        total.errors += window.errors
+    return total.summary()
+
+
+def _ratio(defaults: Summary, tuned: Summary, load: Load) -> float:
+    if load.concurrency is not None:
+        return tuned.throughput / max(defaults.throughput, 1e-9)
+    return (defaults.p99_ms or 0.0) / max(tuned.p99_ms or 0.0, 1e-9)

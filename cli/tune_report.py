@@ -1,0 +1,184 @@
+"""What ``inferpool tune`` shows and keeps: the table of every trial, the Pareto plot of throughput
+against p99 (a PNG, when matplotlib is installed: ``pip install 'inferpool[bench]'``) and the
+verdict with the confirmation run."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from cli.tune_config import write_config
+from cli.tune_confirm import Confirmation
+from cli.tune_costs import Costs
+from cli.tune_space import Load
+from cli.tune_trials import DEFAULTS, Trial, Trials
+from config import Settings
+from harness.load import Summary
+
+COLUMNS = (
+    f"{'trial':<9}{'backend':<22}{'procs':>5}{'rt':>4}{'thr':>4}  {'dispatch':<15}{'batch':>5}{'delay us':>9}"
+    f"{'start s':>8}{'pred/s':>8}{'req/s':>8}{'p50 ms':>8}{'p99 ms':>8}{'errors':>7}  result"
+)
+
+
+def format_table(trials: Sequence[Trial]) -> str:
+    return "\n".join([COLUMNS, *(_row(trial) for trial in trials)])
+
+
+def _row(trial: Trial) -> str:
+    knobs, served, summary = trial.knobs, trial.served, trial.summary
+
+    def chosen(configured: str, key: str) -> str:  # what ``auto`` turned into, where it was asked
+        answer = served.get(key)
+        return f"{configured}={answer}" if configured == "auto" and answer and answer != configured else configured
+
+    runtimes = knobs.num_runtimes or served.get("runtimes", 0)
+    delay = f"{knobs.max_queue_delay_us:g}" if knobs.max_batch_size > 1 else "-"
+    start = "-" if trial.startup_seconds is None else f"{trial.startup_seconds:.1f}"
+    predicted = "-" if trial.predicted is None else f"{trial.predicted:.0f}"
+    if summary is None:
+        measured = f"{'-':>8}{'-':>8}{'-':>8}{'-':>7}"
+    else:
+        p50 = "-" if summary.p50_ms is None else f"{summary.p50_ms:.1f}"
+        p99 = "-" if summary.p99_ms is None else f"{summary.p99_ms:.1f}"
+        measured = f"{summary.throughput:>8.0f}{p50:>8}{p99:>8}{summary.errors:>7}"
+    return (
+        f"{trial.name:<9}{chosen(knobs.backend, 'backend'):<22}{knobs.workers:>5}{runtimes:>4}"
+        f"{knobs.intra_op_threads:>4}  {chosen(knobs.dispatch, 'dispatch'):<15}{knobs.max_batch_size:>5}{delay:>9}"
+        f"{start:>8}{predicted:>8}{measured}  {trial.status}"
+    )
+
+
+def frontier(trials: Sequence[Trial]) -> list[Trial]:
+    """The measured trials that no other beats on both throughput and p99 (those stopped early
+    count with what they showed before they were stopped)."""
+    full = [t for t in trials if t.summary is not None and t.summary.p99_ms is not None]
+
+    def beaten(t: Trial) -> bool:
+        a = t.summary
+        assert a is not None
+        assert a.p99_ms is not None
+        return any(
+            o is not t and o.summary is not None and o.summary.p99_ms is not None
+            and o.summary.throughput >= a.throughput and o.summary.p99_ms <= a.p99_ms
+            and (o.summary.throughput > a.throughput or o.summary.p99_ms < a.p99_ms)
+            for o in full
+        )  # fmt: skip
+
+    return sorted((t for t in full if not beaten(t)), key=lambda t: t.summary.throughput if t.summary else 0.0)
+
+
+def _complete(trial: Trial) -> bool:
+    """Measured for its whole time (not stopped early), with answers."""
+    return trial.summary is not None and trial.summary.p99_ms is not None and trial.status in ("met", "missed")
+
+
+def plot_pareto(trials: Sequence[Trial], load: Load, chosen: Trial | None, path: Path) -> str:
+    """Write the plot; what to tell the user (where it is, or why there is none)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib.ticker import ScalarFormatter
+    except ImportError:
+        return "no Pareto plot: matplotlib is not installed (pip install 'inferpool[bench]')"
+    figure, axes = plt.subplots(figsize=(8, 5))
+    for trial in trials:
+        s = trial.summary
+        if s is None or s.p99_ms is None:
+            continue
+        marker, color = "o" if _complete(trial) else "x", "tab:green" if trial.met else "tab:gray"
+        axes.scatter([s.throughput], [s.p99_ms], marker=marker, color=color)
+        axes.annotate(trial.name, (s.throughput, s.p99_ms), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    edge = frontier(trials)
+    axes.plot([t.summary.throughput for t in edge if t.summary], [t.summary.p99_ms for t in edge if t.summary],
+              color="tab:blue", label="Pareto frontier")  # fmt: skip
+    axes.axhline(load.p99_seconds * 1e3, color="tab:red", linestyle="--", label="p99 objective")
+    if chosen is not None and chosen.summary is not None:
+        axes.scatter([chosen.summary.throughput], [chosen.summary.p99_ms], s=160, facecolors="none",
+                     edgecolors="tab:green", label=f"chosen ({chosen.name})")  # fmt: skip
+    axes.set_xlabel("throughput (requests/s)")
+    axes.set_ylabel("p99 latency (ms)")
+    axes.set_yscale("log")
+    axes.yaxis.set_major_formatter(ScalarFormatter())
+    axes.set_title("inferpool tune: every trial (x: stopped early)")
+    axes.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return f"Pareto plot: {path}"
+
+
+def verdict(chosen: Trial | None, closest: Trial | None, load: Load) -> str:
+    objective = f"p99 <= {load.p99_seconds * 1e3:g} ms"
+    if chosen is not None and chosen.summary is not None:
+        s = chosen.summary
+        return f"winner: {chosen.name} ({s.throughput:.0f} req/s, p99 {s.p99_ms:.1f} ms, {objective})"
+    if closest is None or closest.summary is None:
+        return f"no setting met {objective}, and no trial was measured"
+    return (f"no setting met {objective}; the closest: {closest.name} (p99 {closest.summary.p99_ms:.1f} ms, "
+            f"{closest.summary.throughput:.0f} req/s, {closest.summary.errors} errors)")  # fmt: skip
+
+
+def confirmation_lines(confirmation: Confirmation | None, load: Load, name: str) -> list[str]:
+    if confirmation is None:
+        return ["confirmation: skipped, too little of the budget was left"]
+    c = confirmation
+    if load.concurrency is not None:
+        ratio = f"  throughput: {c.ratio:.2f}x the defaults'"
+    else:  # every setting that keeps up answers the same rate: what differs is the latency
+        ratio = f"  p99: the defaults' is {c.ratio:.2f}x the tuned one's"
+    same = name == DEFAULTS
+    if same:
+        note = ["  the defaults won, so both sides are the same server: the ratio is this machine's noise"]
+    elif c.ratio < 1:
+        note = ["  the defaults did as well here: the trials' difference was within this machine's noise"]
+    else:
+        note = []
+    side = "again" if same else f"tuned {name}"
+    return [
+        f"confirmation, {c.rounds} interleaved rounds of {c.slice_seconds:g} s per side:",
+        _side("defaults", c.defaults, c.defaults_held),
+        _side(side, c.tuned, c.held),
+        ratio,
+        *note,
+    ]
+
+
+def _side(label: str, summary: Summary, held: bool) -> str:
+    return (f"  {label:<12} {summary.throughput:8.0f} req/s  p99 {summary.p99_ms or 0:8.1f} ms  "
+            f"{summary.errors} errors  objective {'held' if held else 'missed'}")  # fmt: skip
+
+
+def write_results(
+    out: Path, trials: Trials, costs: Costs, reasons: list[str], confirmation: Confirmation | None, settings: Settings
+) -> list[str]:
+    """The Pareto plot, the winner's (or the closest's) config and trials.json; a line on each."""
+    load, best = trials.plan.load, trials.best
+    chosen = best if best is not None and best.met else None
+    written = [plot_pareto(trials.done, load, chosen, out / "pareto.png")]
+    if best is not None and best.summary is not None:
+        knobs = best.knobs.resolved(best.served) if best.name == DEFAULTS else best.knobs
+        name = "tuned.toml" if chosen is not None else "closest.toml"
+        comment = (f"inferpool tune: {verdict(chosen, best, load)}\n"
+                   f"workload: {load.describe()}; serve with: inferpool serve --config {out / name}")  # fmt: skip
+        written.append(f"config: {write_config(out / name, settings, knobs, comment)}")
+    report: dict[str, Any] = {
+        "objective_p99_ms": load.p99_seconds * 1e3,
+        "workload": load.describe(),
+        "costs_us": {f"{b} x{t} b{s}": round(v * 1e6, 1) for (b, t, s), v in sorted(costs.calls.items())},
+        "gil_share": costs.gil_share,
+        "pruned": reasons,
+        "trials": [asdict(t) for t in trials.done],
+        "winner": None if chosen is None else chosen.name,
+        "closest": None if chosen is not None or best is None else best.name,
+        "confirmation": None if confirmation is None else asdict(confirmation),
+        "seconds_used": round(trials.budget.used(), 1),
+        "budget_seconds": trials.budget.seconds,
+    }
+    (out / "trials.json").write_text(json.dumps(report, indent=1))
+    return [*written, f"every trial: {out / 'trials.json'}"]

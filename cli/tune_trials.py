@@ -1,0 +1,226 @@
+"""One trial of ``inferpool tune``: a real ``inferpool serve`` on a free port (harness.server) with
+one point of the search space, loaded by the packaged load generator (harness.load), stopped early
+once it cannot win, never started unless it can finish within the budget.
+
+A trial stops early when (after MIN_SAMPLES answers and a quarter of its time):
+- more than 1 % of its answers failed;
+- more answers were slower than the objective than 1 % of all it will answer (x TAIL_MARGIN):
+  its p99 can no longer come under the objective, whatever the rest of the run does;
+- in a closed loop, its throughput so far, even WIN_MARGIN higher, is below the best trial's
+  that met the objective.
+The servers of the defaults and of the best trial so far stay up (idle) for the confirmation run.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cli.tune_budget import Budget
+from cli.tune_config import write_config
+from cli.tune_progress import Progress
+from cli.tune_space import Knobs, Load
+from config import Settings
+from harness.load import Summary, Window, Workload, run_load
+from harness.server import inferpool_serve, launch
+
+SERVE = (sys.executable, "-m", "cli.main")  # this interpreter's InferPool, whatever is on PATH
+TRIAL_FLAGS = ("--grpc-port", "0")  # trials serve HTTP only, several servers at once
+STOP_SECONDS = 2.0  # stopping an idle trial server
+STOP_TIMEOUT = 5.0
+MIN_SAMPLES = 100
+TAIL_MARGIN = 1.25
+WIN_MARGIN = 0.15
+MIN_MEASURE = 1.0  # a trial with less measuring time left than this is not started
+NOISE = 0.05
+"""A setting replaces the defaults only if it beats them by more than this: less is within a
+short trial's noise on a shared machine, and the defaults need no config file."""
+DEFAULTS = "defaults"
+
+
+@dataclass
+class Trial:
+    name: str
+    knobs: Knobs
+    predicted: float | None = None
+    status: str = "not run"
+    met: bool = False
+    summary: Summary | None = None
+    startup_seconds: float | None = None
+    served: dict[str, Any] = field(default_factory=dict)
+    """What the server says it runs (GET /v2/models/{name}/config): ``auto``'s choices."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    settings: Settings
+    serve_args: list[str]  # the defaults: serve's own config and flags, as given
+    model: str  # the model's name in /v2 URLs
+    load: Load
+    workload: Workload
+    warmup: float
+    seconds: float
+
+
+def preference(trial: Trial, load: Load) -> tuple[int, float]:
+    """Larger is better: a trial that met the objective beats one that did not; among those that
+    met, the highest throughput (closed loop) or lowest p99 (open loop); among the rest, the
+    lowest p99 (the closest to the objective). The defaults win ties within NOISE."""
+    summary = trial.summary
+    if summary is None or summary.p99_ms is None:
+        return (-1, 0.0)
+    handicap = 1.0 if trial.name == DEFAULTS else 1 + NOISE
+    if trial.met and load.concurrency is not None:
+        return (1, summary.throughput / handicap)
+    return (1 if trial.met else 0, -summary.p99_ms * handicap)
+
+
+class Trials:
+    """Runs trials in order within the budget; ``best`` is the preferred one so far."""
+
+    def __init__(self, plan: Plan, budget: Budget, progress: Progress, workdir: Path) -> None:
+        self.plan, self.budget, self.progress, self.workdir = plan, budget, progress, workdir
+        self.done: list[Trial] = []
+        self.best: Trial | None = None
+        self.startups: list[float] = []
+        self.servers: dict[str, tuple[ExitStack, int]] = {}  # trial name -> (its server's stack, port)
+        self.queued = 0
+        """Trials waiting after the current one (set by the caller), for the ETA."""
+
+    def estimate(self) -> float:
+        """Seconds a trial takes, start to stop: the slowest start-up seen (the defaults' when
+        nothing else has started yet), warm-up, measuring, stopping."""
+        startup = max(self.startups[-3:], default=30.0)
+        return startup + self.plan.warmup + self.plan.seconds + STOP_SECONDS
+
+    def run(self, trial: Trial, order: str, defaults: bool = False) -> bool:
+        """Run ``trial``; False when the budget cannot hold it (nothing later will fit either)."""
+        if not defaults and not self.budget.fits(self.estimate()):
+            trial.status = "not run: budget"
+            return False
+        plan = self.plan
+        if defaults:
+            command = inferpool_serve(*plan.serve_args, *TRIAL_FLAGS, program=SERVE)
+        else:
+            config = write_config(self.workdir / f"{trial.name}.toml", plan.settings, trial.knobs)
+            command = inferpool_serve("--config", str(config), *trial.knobs.flags(), *TRIAL_FLAGS, program=SERVE)
+        self.progress.update(f"{order} starting {label(trial.knobs)}", self.eta(self.estimate()))
+        ready = self.budget.for_trials() - plan.warmup - MIN_MEASURE - STOP_SECONDS
+        stack, started = ExitStack(), time.monotonic()
+        try:
+            server = stack.enter_context(
+                launch(command, name=f"tune-{trial.name}", ready_timeout=max(1.0, ready), stop_timeout=STOP_TIMEOUT)
+            )
+        except (RuntimeError, TimeoutError) as exc:  # refused its settings, crashed, or too slow to start
+            trial.status = "failed: " + _first_line(exc)
+            self.done.append(trial)
+            return True
+        trial.startup_seconds = round(time.monotonic() - started, 1)
+        self.startups.append(trial.startup_seconds)
+        seconds = min(plan.seconds, self.budget.for_trials() - plan.warmup - STOP_SECONDS)
+        if seconds < MIN_MEASURE and not defaults:  # it started slower than any before it
+            stack.close()
+            trial.status = "not run: budget"
+            return False
+        try:
+            trial.served = served_config(server.port, plan.model)
+            self._measure(trial, server.port, max(seconds, MIN_MEASURE), order)
+        except OSError as exc:  # the server went away under load (its log has why)
+            trial.status = "failed: " + _first_line(exc)
+        finally:
+            self.done.append(trial)
+            self._keep_or_stop(trial, stack, server.port)
+        return True
+
+    def _measure(self, trial: Trial, port: int, seconds: float, order: str) -> None:
+        plan, stopped = self.plan, [""]
+
+        def check(window: Window) -> bool:
+            best = self.best.summary if self.best is not None and self.best.met else None
+            stopped[0] = early_stop(window, seconds, plan.load, best)
+            eta = self.eta(seconds - window.elapsed() + STOP_SECONDS)
+            self.progress.update(f"{order} {label(trial.knobs)}: {_brief(window.summary())}", eta)
+            return bool(stopped[0])
+
+        summary = run_load(port, plan.workload, plan.warmup, seconds, check).summary()
+        trial.summary = summary
+        trial.met = not stopped[0] and plan.load.met_by(summary)
+        trial.status = f"stopped: {stopped[0]}" if stopped[0] else "met" if trial.met else "missed"
+        self.progress.say(f"{order} {label(trial.knobs)}: {_brief(summary)} -> {trial.status}")
+
+    def eta(self, current: float = 0.0) -> float:
+        """Seconds to the end: the current trial's ``current``, the queued trials the budget
+        holds, the confirmation run."""
+        after = max(0.0, self.budget.for_trials() - current)
+        trials = min(self.queued, int(after // self.estimate()))
+        return min(self.budget.left(), current + trials * self.estimate() + self.budget.reserve)
+
+    def _keep_or_stop(self, trial: Trial, stack: ExitStack, port: int) -> None:
+        """Keep the server of the defaults and of the best trial so far; stop the others."""
+        load = self.plan.load
+        if trial.summary is not None and (self.best is None or preference(trial, load) > preference(self.best, load)):
+            previous, self.best = self.best, trial
+            if previous is not None and previous.name != DEFAULTS:
+                self.stop(previous.name)
+        if trial is self.best or trial.name == DEFAULTS:
+            self.servers[trial.name] = (stack, port)
+        else:
+            stack.close()
+
+    def port(self, trial: Trial) -> int | None:
+        kept = self.servers.get(trial.name)
+        return None if kept is None else kept[1]
+
+    def stop(self, name: str) -> None:
+        kept = self.servers.pop(name, None)
+        if kept is not None:
+            kept[0].close()
+
+    def close(self) -> None:
+        """Stop every server still up, at once: each drains and exits on its own."""
+        with ThreadPoolExecutor(max(1, len(self.servers))) as pool:
+            list(pool.map(self.stop, list(self.servers)))
+
+
+def early_stop(window: Window, seconds: float, load: Load, best: Summary | None) -> str:
+    """Why a trial measured for ``seconds`` cannot win, from its ``window`` so far, or "" (see
+    the module docstring); ``best`` is the best trial's that met the objective, if any."""
+    summary = window.summary()
+    answers = summary.ok + summary.errors
+    if answers < MIN_SAMPLES or window.elapsed() < seconds / 4:
+        return ""
+    if summary.errors > 0.01 * answers:
+        return "errors"
+    if window.over(load.p99_seconds) > 0.01 * summary.throughput * seconds * TAIL_MARGIN:
+        return "p99 above objective"
+    if load.concurrency is not None and best is not None and summary.throughput * (1 + WIN_MARGIN) < best.throughput:
+        return "cannot win"
+    return ""
+
+
+def served_config(port: int, model: str) -> dict[str, Any]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/models/{model}/config", timeout=10) as answer:
+        facts: dict[str, Any] = json.loads(answer.read())
+    return facts
+
+
+def label(knobs: Knobs) -> str:
+    delay = f" {knobs.max_queue_delay_us:g}us" if knobs.max_batch_size > 1 else ""
+    return (f"{knobs.backend} x{knobs.workers}p x{knobs.num_runtimes}r x{knobs.intra_op_threads}t "
+            f"{knobs.dispatch} b{knobs.max_batch_size}{delay}")  # fmt: skip
+
+
+def _brief(summary: Summary) -> str:
+    p99 = "-" if summary.p99_ms is None else f"{summary.p99_ms:.1f}"
+    return f"{summary.throughput:.0f} req/s, p99 {p99} ms, {summary.errors} errors"
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
