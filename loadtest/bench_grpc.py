@@ -7,6 +7,9 @@ server's CPU time per call, minus the model's own time per call: the per-call ov
 protocol, which does not depend on how fast the caller is. Each caller has its own connection
 (HTTP) or channel (gRPC), and sends a request encoded once.
 
+A last row, "grpcio echo", is the floor of any Python gRPC server here: a grpc.aio server on
+uvloop whose handler returns the request's bytes, pinned like the server (no InferPool, no model).
+
     python -m loadtest.bench_grpc [--seconds 5] [--rounds 3]
 """
 
@@ -16,6 +19,8 @@ import argparse
 import asyncio
 import os
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Awaitable, Callable
 
@@ -56,6 +61,19 @@ async def grpc_callers(target: str, n: int) -> tuple[list[Call], Callable[[], Aw
     return calls, close
 
 
+async def echo_server(port: int) -> None:
+    async def echo(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+        return request
+
+    server = grpc.aio.server()
+    handler: grpc.RpcMethodHandler[bytes, bytes] = grpc.unary_unary_rpc_method_handler(echo)  # bytes in and out
+    service = grpc.method_handlers_generic_handler(INFER.split("/")[1], {"ModelInfer": handler})
+    server.add_generic_rpc_handlers((service,))
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    await server.start()
+    await server.wait_for_termination()
+
+
 async def http_callers(port: int, n: int, binary: bool) -> tuple[list[Call], Callable[[], Awaitable[None]]]:
     payload = v2_request("digits", {"image": IMAGE}) if binary else json_request(IMAGE[0])
     request = payload.encode("127.0.0.1", port)
@@ -86,7 +104,9 @@ async def closed_loop(calls: list[Call], seconds: float) -> list[float]:
     return latencies
 
 
-def model_seconds(url: str) -> tuple[float, float]:
+def model_seconds(url: str | None) -> tuple[float, float]:
+    if url is None:  # the echo server runs no model
+        return 0.0, 0.0
     text = httpx2.get(url + "/metrics").text
     return (
         metric_total(text, "inferpool_inference_seconds_sum", model="digits"),
@@ -94,8 +114,8 @@ def model_seconds(url: str) -> tuple[float, float]:
     )
 
 
-async def row(kind: str, n: int, seconds: float, url: str, port: int, target: str, pid: int) -> dict[str, float]:
-    if kind == "grpc":
+async def row(kind: str, n: int, seconds: float, url: str | None, port: int, target: str, pid: int) -> dict[str, float]:
+    if kind in ("grpc", "grpcio echo"):
         calls, close = await grpc_callers(target, n)
     else:
         calls, close = await http_callers(port, n, binary=kind == "http v2 binary")
@@ -122,22 +142,34 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--echo-server", type=int, metavar="PORT", help=argparse.SUPPRESS)  # the floor's server
     args = parser.parse_args()
+    if args.echo_server:
+        uvloop.run(echo_server(args.echo_server))
+        return
     grpc_port = free_port()
-    kinds = ("grpc", "http v2 binary", "http json")
+    kinds = ("grpc", "http v2 binary", "http json", "grpcio echo")
     results: dict[tuple[str, int], list[dict[str, float]]] = {}
     command = inferpool_serve("--workers", "1", "--grpc-port", str(grpc_port))
-    with launch(command, cpus=[0]) as server:
-        os.sched_setaffinity(0, {1})
-        for _ in range(args.rounds):
-            for n in (1, 8):
-                for kind in kinds:
-                    figures = uvloop.run(
-                        row(
-                            kind, n, args.seconds, server.url, server.port, f"127.0.0.1:{grpc_port}", server.process.pid
-                        )
-                    )
-                    results.setdefault((kind, n), []).append(figures)
+    echo_port = free_port()
+    echo_argv = ["taskset", "-c", "0", sys.executable, "-m", "loadtest.bench_grpc", "--echo-server", str(echo_port)]
+    echo = subprocess.Popen(echo_argv)
+    try:
+        with launch(command, cpus=[0]) as server:
+            os.sched_setaffinity(0, {1})
+            targets = {  # (metrics URL, gRPC target, pid) by protocol; HTTP's need only the server
+                "grpc": (server.url, f"127.0.0.1:{grpc_port}", server.process.pid),
+                "grpcio echo": (None, f"127.0.0.1:{echo_port}", echo.pid),
+            }
+            for _ in range(args.rounds):
+                for n in (1, 8):
+                    for kind in kinds:
+                        url, target, pid = targets.get(kind, (server.url, "", server.process.pid))
+                        figures = uvloop.run(row(kind, n, args.seconds, url, server.port, target, pid))
+                        results.setdefault((kind, n), []).append(figures)
+    finally:
+        echo.terminate()
+        echo.wait()
     print("| callers | protocol | calls/s | p50 µs | p99 µs | server CPU µs/call | overhead µs/call |")
     print("|---|---|---|---|---|---|---|")
     for (kind, n), rounds in sorted(results.items(), key=lambda item: (item[0][1], kinds.index(item[0][0]))):
