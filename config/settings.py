@@ -10,7 +10,15 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -192,6 +200,25 @@ class Settings(BaseSettings):
         "the CPUs are split equally between all models' pools.",
     )
 
+    model_repository: Path | None = Field(
+        None,
+        description="A model repository: one folder per model (its name in URLs), numbered version folders in "
+        "each, holding a .pt2 or TorchScript archive or a config.toml naming the source (docs/repository.md). "
+        "The versions each model's version_policy selects are served beside 'model' and [[models]].",
+    )
+    model_control_mode: Literal["none", "explicit", "poll"] = Field(
+        "none",
+        description="How the repository's models change while serving: 'none' = only at start; 'explicit' = "
+        "by POST /v2/repository/models/{name}/load and /unload (with the API key, when one is set); 'poll' = "
+        "rescanned every repository_poll_seconds. Needs model_repository.",
+    )
+    repository_poll_seconds: float = Field(
+        15.0,
+        gt=0,
+        description="With model_control_mode='poll', seconds between two scans of the repository; each change "
+        "found is applied as an explicit load or unload would be.",
+    )
+
     @property
     def cpu_shares(self) -> int:
         """How many pools split the CPUs equally: serving processes x models (workers = 0, not
@@ -217,6 +244,27 @@ class Settings(BaseSettings):
     def _distinct_ports(self) -> Settings:
         if self.grpc_port and self.grpc_port == self.port:
             raise ValueError(f"grpc_port and port are both {self.port}: give gRPC its own port (or 0 to turn it off)")
+        return self
+
+    @field_validator("auth_exempt")
+    @classmethod
+    def _control_always_keyed(cls, value: list[str]) -> list[str]:
+        for path in value:
+            if path.startswith("/v2/repository"):
+                raise ValueError(f"auth_exempt {path!r}: the repository control routes always need the API key")
+        return value
+
+    @model_validator(mode="after")
+    def _repository_for_control(self) -> Settings:
+        if self.model_control_mode != "none" and self.model_repository is None:
+            raise ValueError(
+                f"model_control_mode={self.model_control_mode!r} needs a repository: set model_repository "
+                "(--model-repository DIR), or leave model_control_mode='none'"
+            )
+        if self.model_repository is not None and not self.model_repository.is_dir():
+            raise ValueError(
+                f"model_repository {str(self.model_repository)!r} is not a directory; give an existing one"
+            )
         return self
 
     _model_source = field_validator("model")(check_source)

@@ -21,7 +21,7 @@ from service.host import ModelHost
 from service.metrics import Metrics
 from service.middleware import Activity, RequestContext
 from service.openapi import model_aware_openapi
-from service.routes import health, predict, v2
+from service.routes import health, predict, repository, v2
 
 log = logging.getLogger(__name__)
 GRPC_GRACE_SECONDS = 1.0
@@ -94,6 +94,7 @@ def create_app(settings: Settings, host: ModelHost | None = None) -> FastAPI:
     app.include_router(predict.router)
     app.include_router(health.router)
     app.include_router(v2.router)
+    app.include_router(repository.router)
     install_error_handlers(app, metrics)
     if settings.api_key is not None:
         exempt = frozenset(settings.auth_exempt)

@@ -4,6 +4,9 @@ every one of them is warm.
 Under the supervisor (service.supervisor) the parent process loads the models once
 (``preload``) and every serving process it forks starts them (``start``), so all share one copy
 of the weights; readiness then also asks the supervisor's board whether every process is ready.
+Models are addressed by name and version: the config's models are version 1, a repository's
+(service.repository) have their folders' numbers, and a name alone means its latest version.
+A serving process's set never changes; the supervisor changes it (``replan``) and forks anew.
 """
 
 from __future__ import annotations
@@ -20,8 +23,10 @@ from engine import ConfigError, EngineClient, NotReady, RuntimeOptions, ServedMo
 from engine.threads import serving_processes, usable_cpus
 from service.apierror import ApiError
 from service.board import READY, ProcessBoard
+from service.repository import ModelFolder, scan
 
 log = logging.getLogger(__name__)
+STATIC_VERSION = "1"
 
 
 @dataclass(frozen=True)
@@ -30,12 +35,40 @@ class ModelPlan:
     name: str | None
     options: RuntimeOptions
     handler: str | None = None
+    version: str = STATIC_VERSION
+    """A repository model's version folder; "1" for the config's models, which have one."""
+
+
+Key = tuple[str, str]  # (name as planned, else the source; version): unique while names are
 
 
 def plans(settings: Settings) -> list[ModelPlan]:
     """The default model first, then the listed ones (each with its own or the shared options)."""
     extra = [ModelPlan(m.source, m.name, m.runtime or settings.runtime, m.handler) for m in settings.models]
     return [ModelPlan(settings.model, None, settings.runtime, settings.handler), *extra]
+
+
+def repository_plans(settings: Settings, folders: dict[str, ModelFolder]) -> list[ModelPlan]:
+    """What the repository's version policies select, each version a plan of its own; ConfigError
+    naming the version when one that is selected cannot be served."""
+    wanted = []
+    for folder in folders.values():
+        if folder.reason is not None:
+            raise ConfigError(f"model {folder.name!r} in the repository: {folder.reason}")
+        for number in folder.selected():
+            version = folder.versions[number]
+            if version.reason is not None:
+                raise ConfigError(f"model {folder.name!r} version {number}: {version.reason}")
+            runtime = version.runtime or settings.runtime
+            wanted.append(ModelPlan(version.source, folder.name, runtime, version.handler, str(number)))
+    return wanted
+
+
+def startup_plans(settings: Settings) -> list[ModelPlan]:
+    """The config's models, then the repository's (when there is one)."""
+    if settings.model_repository is None:
+        return plans(settings)
+    return [*plans(settings), *repository_plans(settings, scan(settings.model_repository))]
 
 
 def sized(settings: Settings, cpus: int | None = None) -> Settings:
@@ -59,11 +92,18 @@ class ModelHost:
     def __init__(self, settings: Settings, on_ready: Callable[[EngineClient], None] | None = None) -> None:
         self.settings = settings
         self.on_ready = on_ready
-        self._preloaded: dict[str, ServedModel] | None = None
+        self._preloaded: dict[Key, ServedModel] | None = None
+        self._plans: dict[Key, ModelPlan] = {}
+        self.announce: Callable[[], None] | None = None
+        """Called once every model has started (a forked process tells the supervisor)."""
         self.board: ProcessBoard | None = None
         """Set in a serving process the supervisor forked: the readiness of all of them."""
         self.slot = 0
         self.models: dict[str, EngineClient] = {}
+        """Each name's latest version."""
+        self.versions: dict[str, dict[str, EngineClient]] = {}
+        self._version_of: dict[int, str] = {}  # id(model): a process's models never change
+        self._plan_of: dict[int, ModelPlan] = {}
         self.default: EngineClient | None = None
         self.error: str | None = None
         self.draining = False  # set on SIGTERM: new requests are refused, accepted ones finish
@@ -84,7 +124,7 @@ class ModelHost:
     def preload(self) -> None:
         """Load, choose and warm every model in this thread without starting any thread of
         theirs (the supervisor forks serving processes after this); raises what loading raised."""
-        self._preloaded = self._build(start=False)
+        self._preloaded = self._build(startup_plans(self.settings), start=False)
         _freeze_heap()  # before the fork: pages the collector would otherwise write stay shared
 
     def wait_loaded(self, timeout: float | None = None) -> None:
@@ -99,51 +139,102 @@ class ModelHost:
         if self.stopping:
             return "stopping"
         # A worker thread died and its replacement is not up, or the pool lost a runtime.
-        if not all(model.stats().healthy for model in self.models.values()):
+        if not all(model.stats().healthy for model in self.all_models()):
             return "degraded"
         # Another serving process is starting or was replaced: the pod is not fully up.
         return "ready" if self.board is None or self.board.all_ready() else "starting"
 
-    def get(self, name: str | None = None) -> EngineClient:
-        """A model by name (the default one without), NotReady (503) while the host is not
-        serving, ApiError 404 for a name it does not serve."""
+    def get(self, name: str | None = None, version: str | None = None) -> EngineClient:
+        """A model by name (the default one without) and version (the latest without),
+        NotReady (503) while the host is not serving, ApiError 404 for one it does not serve."""
         default = self.default
         if default is None or self.stopping:
             raise NotReady(f"model is not ready ({self.status}{': ' + self.error if self.error else ''})")
         if name is None:
             return default
         try:
-            return self.models[name]
+            versions = self.versions[name]
         except KeyError:
             raise ApiError(
                 404, f"model {name!r} is not served here; this server serves {sorted(self.models)}", "unknown_model"
             ) from None
+        if version is None:
+            return self.models[name]
+        try:
+            return versions[version]
+        except KeyError:
+            raise ApiError(
+                404, f"model {name!r} has no version {version!r}; it has {sorted(versions, key=int)}", "unknown_model"
+            ) from None
+
+    def version_of(self, model: EngineClient) -> str:
+        return self._version_of.get(id(model), STATIC_VERSION)
+
+    def served(self) -> list[tuple[EngineClient, ModelPlan]]:
+        """Each name's latest version with its plan, in the order they were planned."""
+        return [(model, self._plan_of[id(model)]) for model in self.models.values()]
+
+    def replan(self, wanted: list[ModelPlan]) -> list[ServedModel]:
+        """In the supervisor: make the loaded set ``wanted``, loading (and warming) what is new
+        beside what serves; raises what loading raised, with nothing changed. Returns the
+        models dropped, for the caller to close before it forks (the serving processes that
+        still use them hold their own copy-on-write pages)."""
+        assert self._preloaded is not None, "replan is for the supervisor, after preload"
+        keep = {key: m for key, m in self._preloaded.items() if self._plans.get(key) in wanted}
+        todo = [plan for plan in wanted if _key(plan) not in keep]
+        added = self._build(todo, start=False, keep=keep, total=len(wanted))
+        dropped = [m for key, m in self._preloaded.items() if key not in keep]
+        self._preloaded = {_key(plan): keep.get(_key(plan)) or added[_key(plan)] for plan in wanted}
+        for key in [key for key in self._plans if key not in self._preloaded]:
+            del self._plans[key]
+        return dropped  # the caller frees them, and freezes the new heap before it forks
+
+    @property
+    def planned(self) -> list[ModelPlan]:
+        return list(self._plans.values())
 
     def close(self) -> None:
         self.closed = True
-        for model in self.models.values():
+        for model in self.all_models():
             model.close()
 
-    def _build(self, start: bool) -> dict[str, ServedModel]:
+    def all_models(self) -> list[EngineClient]:
+        return [model for by in self.versions.values() for model in by.values()]
+
+    def _build(
+        self, todo: list[ModelPlan], start: bool, keep: dict[Key, ServedModel] | None = None, total: int = 0
+    ) -> dict[Key, ServedModel]:
+        """``todo`` loaded beside ``keep``; ``total`` models will serve in all (their pools
+        split the CPUs). On failure, what it loaded is closed and nothing else changed."""
         settings = self.settings
-        todo = plans(settings)
-        loaded: dict[str, ServedModel] = {}
-        for plan in todo:
-            # Every pool gets an equal share of the CPUs: processes x models shares.
-            model = ServedModel.load(
-                plan.source, plan.options, max_queue=settings.max_queue,
-                shares=settings.cpu_shares, name=plan.name, handler=plan.handler, start=start,
-            )  # fmt: skip
-            if model.name in loaded:
+        # Every pool gets an equal share of the CPUs: processes x models shares.
+        shares = max(1, settings.workers) * (total or len(todo))
+        loaded: dict[Key, ServedModel] = {}
+        names = {(m.name, version) for (_, version), m in (keep or {}).items()}
+        before = dict(self._plans)
+        try:
+            for plan in todo:
+                model = ServedModel.load(
+                    plan.source, plan.options, max_queue=settings.max_queue,
+                    shares=shares, name=plan.name, handler=plan.handler, start=start,
+                )  # fmt: skip
+                if _key(plan) in loaded or (model.name, plan.version) in names:
+                    model.close()
+                    raise ConfigError(f"two models are named {model.name!r}; give one a distinct 'name' in the config")
+                loaded[_key(plan)] = model
+                names.add((model.name, plan.version))
+                self._plans[_key(plan)] = plan
+        except BaseException:
+            for model in loaded.values():
                 model.close()
-                raise ConfigError(f"two models are named {model.name!r}; give one a distinct 'name' in the config")
-            loaded[model.name] = model
+            self._plans = before
+            raise
         return loaded
 
     def _load(self) -> None:
         try:
             if self._preloaded is None:
-                loaded = self._build(start=True)
+                loaded = self._build(startup_plans(self.settings), start=True)
                 _freeze_heap()
             else:
                 loaded = self._preloaded
@@ -152,13 +243,30 @@ class ModelHost:
             for model in loaded.values():
                 if self.on_ready is not None:
                     self.on_ready(model)
-            self.models = dict(loaded)
+            self._index(loaded)
             self.default = loaded[next(iter(loaded))]  # published last: routes see complete state
             if self.board is not None:
                 self.board.mark(self.slot, READY)
+            if self.announce is not None:
+                self.announce()
         except Exception as exc:
             self.error = f"{type(exc).__name__}: {exc}"
             log.exception("loading the models failed")
+
+    def _index(self, loaded: dict[Key, ServedModel]) -> None:
+        """By name and version, and each name's latest version (the highest number)."""
+        self._plan_of = {id(model): self._plans[key] for key, model in loaded.items()}
+        for (_, version), model in loaded.items():
+            self.versions.setdefault(model.name, {})[version] = model
+            self._version_of[id(model)] = version
+        self.models = {name: by[max(by, key=int)] for name, by in self.versions.items()}
+        log.info(
+            "serving %s", ", ".join(f"{name} versions {sorted(by, key=int)}" for name, by in self.versions.items())
+        )
+
+
+def _key(plan: ModelPlan) -> Key:
+    return (plan.name or plan.source, plan.version)
 
 
 def _freeze_heap() -> None:

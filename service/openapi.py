@@ -23,9 +23,9 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from engine import EngineClient, Handler, Schema
+from engine import Handler, Schema
 from service.errors import documented_error
-from service.host import plans
+from service.host import ModelHost
 from service.middleware import MAX_REQUEST_ID
 from service.openapi_schemas import (
     Served,
@@ -163,13 +163,10 @@ SECURITY_SCHEMES: dict[str, Any] = {
 
 def served_models(app: FastAPI) -> list[Served]:
     """The loaded models, the default first, each with its own max_request_samples."""
-    host = app.state.host
-    models: list[EngineClient] = list(host.models.values())
-    # The host loads them in the order of plans(), so the options line up (service/host.py).
-    options = [plan.options for plan in plans(app.state.settings)]
+    host: ModelHost = app.state.host
     return [
-        Served(model.name, model.schema, model.info.handler, plan.max_request_samples)
-        for model, plan in zip(models, options, strict=True)
+        Served(model.name, model.schema, model.info.handler, plan.options.max_request_samples)
+        for model, plan in host.served()
     ]
 
 

@@ -16,6 +16,11 @@ begun. On SIGTERM or SIGINT: the board says "draining" (every process's readines
 once), each process drains (service.server), and what is left in the listen backlog gets a
 503 from the standby server before the socket closes (service.standby). A process that dies is
 replaced by a new fork of the same loaded state.
+
+With a model repository, the model set changes here too (service.changes): the supervisor
+loads the new set beside the old, then replaces the serving processes one at a time; each
+process asks for a change, and says it is ready, over a socket pair made before its fork
+(service.control).
 """
 
 from __future__ import annotations
@@ -34,21 +39,24 @@ from prometheus_client import Counter, multiprocess
 
 from config import Settings
 from engine import EngineError
+from service import control
 from service.board import DOWN, ProcessBoard
+from service.changes import SIGNALS, Changes
+from service.desk import Desk
 from service.host import ModelHost
 from service.standby import Standby, answer_backlog
 
 log = logging.getLogger(__name__)
-SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGCHLD}
 BACKLOG = 2048
 EXIT_GRACE_SECONDS = 5.0  # beyond drain_seconds, before a process that will not exit is killed
 BACKLOG_SECONDS = 2.0  # answering what is queued when every process has stopped
 CRASH_WINDOW_SECONDS = 10.0  # a process dying sooner than this after its start counts as a crash
 MAX_CRASHES = 5  # in a row: then the fault is not transient, and the supervisor exits 1
 PR_SET_PDEATHSIG = 1
+LISTEN_SECONDS = 0.1  # with a repository: the watch waits this long for a call, then looks at signals
 
 
-class Supervisor:
+class Supervisor(Changes):
     def __init__(self, settings: Settings, uvicorn_options: Mapping[str, object]) -> None:
         self.settings = settings
         self.processes = settings.workers
@@ -56,6 +64,8 @@ class Supervisor:
         self.board = ProcessBoard(self.processes)
         self.children: dict[int, tuple[int, float]] = {}  # pid -> (slot, started at)
         self.crashes = 0
+        self.desk: Desk | None = None
+        self._init_changes()
         # Written to the shared metrics directory: every serving process's /metrics sums it in.
         self.replaced = Counter("inferpool_process_replacements", "Serving processes restarted after dying.")
 
@@ -89,6 +99,8 @@ class Supervisor:
             return 1
         finally:
             standby.stop()  # joined: no thread of the parent's may exist at a fork
+        if self.settings.model_repository is not None:
+            self.desk = Desk(self.settings, host.planned)
         signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
         for slot in range(self.processes):
             self._spawn(slot, listener, host)
@@ -99,23 +111,32 @@ class Supervisor:
         log.info("supervisor exiting with status %d", code)
         return code
 
-    def _spawn(self, slot: int, listener: socket.socket, host: ModelHost) -> None:
-        self.board.mark(slot, DOWN)
+    def _spawn(self, slot: int, listener: socket.socket, host: ModelHost, replacing: bool = False) -> int:
+        """A serving process in ``slot``; ``replacing`` one that serves until this one is ready
+        (the slot stays as it is on the board meanwhile: the pod stays ready)."""
+        if not replacing:
+            self.board.mark(slot, DOWN)
+        ours, theirs = control.pair()
         pid = os.fork()
         if pid == 0:  # the serving process: never returns into the supervisor's stack
             code = 1
             try:
-                code = self._serve(slot, listener, host)
+                for sock in [ours, *self.channels.values()]:
+                    sock.close()
+                code = self._serve(slot, listener, host, theirs)
             except BaseException:
                 log.exception("serving process %d failed", slot)
             finally:
                 logging.shutdown()
                 os._exit(code)
+        theirs.close()
+        self.channels[pid] = ours
         self.children[pid] = (slot, time.monotonic())
+        return pid
 
-    def _serve(self, slot: int, listener: socket.socket, host: ModelHost) -> int:
+    def _serve(self, slot: int, listener: socket.socket, host: ModelHost, channel: socket.socket) -> int:
         from service.app import create_app
-        from service.server import DrainingServer
+        from service.retire import RetiringServer
 
         # Its own process group: a terminal's Ctrl-C reaches only the supervisor, which then
         # drains every process once (a second signal would skip the drain).
@@ -123,25 +144,43 @@ class Supervisor:
         _die_with_parent()
         signal.pthread_sigmask(signal.SIG_SETMASK, set())
         host.join(self.board, slot)
+        calls = control.Control(channel, self.settings.model_control_mode)
+        host.announce = calls.announce
         app = create_app(self.settings, host)
+        app.state.control = calls if self.settings.model_repository is not None else None
         config = uvicorn.Config(app, **self.options)  # type: ignore[arg-type]
-        server = DrainingServer(config, host, app.state.activity, self.settings.drain_seconds)
+        server = RetiringServer(config, host, app.state.activity, self.settings.drain_seconds, calls)
         server.run(sockets=[listener])
         return 0
 
     def _watch(self, listener: socket.socket, host: ModelHost) -> int:
         while True:
-            received = signal.sigtimedwait(SIGNALS, 1.0)
+            if self.desk is None:
+                received = signal.sigtimedwait(SIGNALS, 1.0)
+            else:  # the processes' calls too, at the cost of a signal waiting up to LISTEN_SECONDS
+                self._listen(LISTEN_SECONDS)
+                received = signal.sigtimedwait(SIGNALS, 0)
             if self._reap(listener, host) == "give up":
                 self._stop(listener)
                 return 1
             if received is not None and received.si_signo != signal.SIGCHLD:
                 log.info("%s received: draining every serving process", signal.Signals(received.si_signo).name)
                 return self._stop(listener)
+            while self.pending and not self.stop_requested:
+                self._answer_call(*self.pending.pop(0), listener, host)
+            if self.settings.model_control_mode == "poll" and not self.stop_requested:
+                self._poll(listener, host)
+            if self.stop_requested:
+                log.info("stop requested during a model change: draining every serving process")
+                return self._stop(listener)
 
     def _reap(self, listener: socket.socket, host: ModelHost) -> str:
         """Collect exited processes and replace each, unless they keep crashing."""
         for pid, (slot, started), code in self._exited():
+            if pid in self.retired:  # replaced on purpose, and done
+                self.retired.discard(pid)
+                log.info("replaced serving process %d (pid %d) exited with status %d", slot, pid, code)
+                continue
             self.crashes = self.crashes + 1 if time.monotonic() - started < CRASH_WINDOW_SECONDS else 0
             if self.crashes >= MAX_CRASHES:
                 log.error("serving processes keep dying (%d in a row, last status %d): giving up", self.crashes, code)
@@ -185,7 +224,11 @@ class Supervisor:
             if pid == 0:
                 break
             slot, started = self.children.pop(pid)
-            self.board.mark(slot, DOWN)
+            if pid not in self.retired:  # a retired process's slot is its replacement's now
+                self.board.mark(slot, DOWN)
+            with contextlib.suppress(KeyError):
+                self.channels.pop(pid).close()
+            self.ready.discard(pid)
             multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
             exited.append((pid, (slot, started), os.waitstatus_to_exitcode(status)))
         return exited

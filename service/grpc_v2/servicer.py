@@ -29,7 +29,7 @@ from service.grpc_v2.status import code_of, status_of
 from service.host import ModelHost
 from service.metrics import Inference, Metrics
 from service.middleware import MAX_REQUEST_ID, Activity
-from service.routes.v2 import VERSION, ExpectedInputs, find_model
+from service.routes.v2 import ExpectedInputs, find_model
 from service.timing import deadline
 from service.v2codec import metadata
 
@@ -139,7 +139,7 @@ class Servicer:
 
     async def model_metadata(self, request: pb.ModelMetadataRequest, context: Any) -> pb.ModelMetadataResponse:
         model = find_model(self.host, request.name, request.version or None)
-        found = metadata(model.name, model.schema, VERSION, model.info.handler)
+        found = metadata(model.name, model.schema, self.host.version_of(model), model.info.handler)
         response = pb.ModelMetadataResponse(name=found["name"], versions=found["versions"], platform=found["platform"])
         for field in ("inputs", "outputs"):
             for tensor in found[field]:
@@ -172,7 +172,9 @@ class Servicer:
             when = min(when or float("inf"), time.monotonic() + remaining)
         prediction = await model.infer(decoded.inputs, when, rid)
         encoding = time.perf_counter()
-        response = tensors.encode(model.name, VERSION, request.id, prediction.outputs, decoded.outputs)
+        response = tensors.encode(
+            model.name, self.host.version_of(model), request.id, prediction.outputs, decoded.outputs
+        )
         inference = Inference(
             model=model.name,
             decode_seconds=parsed - received + prediction.validate_seconds,

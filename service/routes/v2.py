@@ -13,7 +13,6 @@ from starlette.types import Receive, Scope
 
 from engine import EngineClient
 from engine.requests import request_id
-from service.apierror import ApiError
 from service.codec import json_response, read_body
 from service.deps import HostDep, host_of
 from service.errors import ERROR_RESPONSES
@@ -25,7 +24,7 @@ from service.timing import TIMEOUT_HEADER, deadline, record
 from service.v2codec import HEADER_LENGTH, TensorMeta, encode_response, metadata, parse_request
 
 router = APIRouter(prefix="/v2", tags=["Open Inference Protocol v2"], responses=ERROR_RESPONSES)
-VERSION = "1"  # one version per model for now; /versions/1 and no version address it
+VERSION = "1"  # the version of the config's models; a repository's have their folders' numbers
 HEADER_LENGTH_RAW = HEADER_LENGTH.encode()
 HEADERS = frozenset({b"content-length", b"content-encoding", TIMEOUT_HEADER, HEADER_LENGTH_RAW})
 
@@ -35,21 +34,20 @@ class ExpectedInputs:
     on a model's first request; REST and gRPC infer both check against it."""
 
     def __init__(self) -> None:
-        self._tables: dict[str, dict[str, TensorMeta]] = {}  # by model name
+        # By id: two versions of a model may differ, and a process's models never change.
+        self._tables: dict[int, dict[str, TensorMeta]] = {}
 
     def __call__(self, model: EngineClient) -> dict[str, TensorMeta]:
-        found = self._tables.get(model.name)
+        found = self._tables.get(id(model))
         if found is None:
             inputs = metadata(model.name, model.schema, VERSION, model.info.handler)["inputs"]
-            found = self._tables[model.name] = TensorMeta.table(inputs)
+            found = self._tables[id(model)] = TensorMeta.table(inputs)
         return found
 
 
 def find_model(host: ModelHost, name: str, version: str | None) -> EngineClient:
-    model = host.get(name)
-    if version not in (None, VERSION):
-        raise ApiError(404, f"model {name!r} has no version {version!r}; it has {VERSION!r}", "unknown_model")
-    return model
+    """The model ``name`` at ``version`` (its latest without); 404 for either unknown."""
+    return host.get(name, version)
 
 
 @router.get("", summary="Server metadata")
@@ -71,8 +69,9 @@ async def ready(host: HostDep) -> Response:
 @router.get("/models/{name}", summary="Model metadata")
 @router.get("/models/{name}/versions/{version}", summary="Model metadata (one version)")
 async def model_metadata(request: Request, name: str, version: str | None = None) -> Response:
-    model = find_model(host_of(request), name, version)
-    return json_response(metadata(model.name, model.schema, VERSION, model.info.handler))
+    host = host_of(request)
+    model = find_model(host, name, version)
+    return json_response(metadata(model.name, model.schema, host.version_of(model), model.info.handler))
 
 
 @router.get("/models/{name}/config", summary="Model configuration")
@@ -134,7 +133,8 @@ class Infer(RawRoute):
         when = deadline(headers.get(TIMEOUT_HEADER), self.timeout_ms, parsed_request.timeout_ms)
         prediction = await model.infer(parsed_request.inputs, when, request_id.get())
         encoding = time.perf_counter()
-        content, header_length = encode_response(model.name, parsed_request, prediction.outputs, VERSION)
+        version = self.host.version_of(model)
+        content, header_length = encode_response(model.name, parsed_request, prediction.outputs, version)
         timing = record(
             scope, metrics, model.name, prediction,
             received=received, parsed=parsed, encoding=encoding, encoded=time.perf_counter(),
