@@ -9,6 +9,7 @@ gRPC deadline or the v2 "timeout" parameter, and reports its phases like the RES
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import itertools
 import logging
@@ -94,6 +95,9 @@ class Servicer:
                     self.metrics.observe_error("auth")
                     raise _Refused(UNAUTHENTICATED)
                 return await method(request, context)
+            except asyncio.CancelledError:  # the caller went away or its deadline passed
+                code = "CANCELLED"
+                raise
             except _Refused as refused:
                 code = code_of(refused.answer).name
                 await context.abort_with_status(status_of(refused.answer))
