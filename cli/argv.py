@@ -11,6 +11,8 @@ from pydantic import ValidationError
 
 from config import Settings, error_lines, load_settings
 from engine import ConfigError
+from engine.threads import plan_threads
+from service.host import plans, sized
 
 CONFIG_HELP = "TOML config file (default: config/default.toml)"
 SETTINGS_ERRORS = (ValidationError, ConfigError, FileNotFoundError, ValueError)
@@ -35,3 +37,12 @@ def settings_from_argv(
 def refuse(prog: str, exc: Exception) -> None:
     for line in error_lines(exc):
         print(f"{prog}: invalid configuration: {line}", file=sys.stderr)
+
+
+def planned(settings: Settings) -> Settings:
+    """``settings`` sized as serve sizes them, every model's threads planned: a process count or a
+    thread budget that serve refuses is refused here (exit status 2) before anything is built."""
+    settings = sized(settings)
+    for model in plans(settings):
+        plan_threads(model.options, shares=settings.cpu_shares)
+    return settings

@@ -20,13 +20,12 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from cli.argv import config_argument, settings_from_argv
-from config import Settings
+from cli.argv import config_argument, planned, settings_from_argv
 from engine import ConfigError, ModelLoadError
 from engine.compile_cache import cache_dir
 from engine.options import AUTO_CANDIDATES, RuntimeOptions
-from engine.threads import apply_loading_plan, plan_threads
-from service.host import plans, sized
+from engine.threads import apply_loading_plan
+from service.host import plans
 
 AOTI, ONNX = "aoti", "onnxruntime"
 Progress = Callable[[str], None]
@@ -60,15 +59,6 @@ def _onnx(source: str, options: RuntimeOptions, progress: Progress) -> None:
 
 
 PREPARE: dict[str, Callable[[str, RuntimeOptions, Progress], None]] = {AOTI: _aoti, ONNX: _onnx}
-
-
-def planned(settings: Settings) -> Settings:
-    """``settings`` sized as serve sizes them, every model's threads planned: a process count or a
-    thread budget that serve refuses is refused here (exit status 2) before anything is built."""
-    settings = sized(settings)
-    for model in plans(settings):
-        plan_threads(model.options, shares=settings.cpu_shares)
-    return settings
 
 
 def compile_main(argv: list[str]) -> int:

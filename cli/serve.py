@@ -10,10 +10,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from cli.argv import SETTINGS_ERRORS, config_argument, refuse, settings_from_argv
+from cli.argv import config_argument, planned, settings_from_argv
 from config import Settings
-from engine.threads import plan_threads
-from service.host import plans, sized
 from service.logs import configure_logging
 from service.protocol import guarded_protocol
 
@@ -24,15 +22,10 @@ def serve(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="inferpool serve", add_help=False)
     config_argument(parser)
     args, rest = parser.parse_known_args(argv)
-    settings = settings_from_argv("inferpool", args, rest, sized)
+    # Sized and every thread plan made: an impossible budget is refused before binding a port.
+    settings = settings_from_argv("inferpool", args, rest, planned)
     if isinstance(settings, int):
         return settings
-    try:  # an impossible thread budget is refused before binding a port
-        for model in plans(settings):
-            plan_threads(model.options, shares=settings.cpu_shares)
-    except SETTINGS_ERRORS as exc:
-        refuse("inferpool", exc)
-        return 2
     configure_logging(settings.log_level, settings.log_format)
     metrics_dir = _share_metrics(settings)
     from service.supervisor import Supervisor  # after _share_metrics: prometheus-client reads it at import
