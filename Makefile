@@ -7,7 +7,7 @@ PROMTOOL := $(BIN)/promtool
 # The KServe SDK pins its own FastAPI/httpx stack: it gets a venv of its own for the v2 client test.
 KSERVE_PYTHON := .venv-kserve/bin/python
 
-.PHONY: serve test check bench proto clean
+.PHONY: serve test test-unit test-integration test-e2e check bench proto clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -35,9 +35,21 @@ $(KSERVE_PYTHON):
 	python3 -m venv .venv-kserve
 	.venv-kserve/bin/python -m pip install --quiet 'kserve>=0.15,<1'
 
-## Run the test suite (unit, concurrency and real-server tests).
+## Run the whole test suite: tests/unit, tests/integration, then tests/e2e (see README.md).
 test: $(STAMP) $(PROMTOOL) $(KSERVE_PYTHON)
 	$(BIN)/pytest
+
+## No server, no app: functions, engine objects, codec, settings, CLI parsing (a few minutes).
+test-unit: $(STAMP)
+	$(BIN)/pytest tests/unit
+
+## The FastAPI app in-process (TestClient).
+test-integration: $(STAMP)
+	$(BIN)/pytest tests/integration
+
+## Real server subprocesses, the Dockerfile replay, CLI commands as processes (10-15 minutes).
+test-e2e: $(STAMP) $(PROMTOOL) $(KSERVE_PYTHON)
+	$(BIN)/pytest tests/e2e
 
 ## Lint, format check and type check.
 check: $(STAMP)

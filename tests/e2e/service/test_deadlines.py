@@ -1,0 +1,119 @@
+"""Deadlines, admission by predicted wait and dynamic batching, over real HTTP."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx2
+import numpy as np
+import pytest
+import tritonclient.http as triton
+from tritonclient.utils import InferenceServerException
+
+from harness.metrics import metric_total
+from harness.server import run_server, wait_ready
+from tests.support.slow_model import CALL_SECONDS
+
+SAMPLE = np.zeros((1, 8, 8)).tolist()
+
+
+@pytest.fixture(scope="module")
+def slow(tmp_path_factory):
+    """A 20 ms model on one runtime: a queue builds up after one request."""
+    # eager: an exported graph would not keep the model's time.sleep
+    args = (
+        "--model",
+        "tests.support.slow_model:slow_calls",
+        "--runtime.backend",
+        "eager",
+        "--runtime.num-runtimes",
+        "1",
+    )
+    with run_server(tmp_path_factory.mktemp("slow"), *args) as server:
+        wait_ready(server)
+        yield server
+
+
+def test_a_request_past_its_deadline_gets_504_and_the_server_keeps_serving(slow):
+    with httpx2.Client(base_url=slow.url) as http:
+        late = http.post("/predict", json={"inputs": SAMPLE}, headers={"X-Request-Timeout-Ms": "5"})
+        assert late.status_code == 504
+        assert "deadline" in late.json()["error"]
+        assert http.post("/predict", json={"inputs": SAMPLE}).status_code == 200
+        assert metric_total(http.get("/metrics").text, "inferpool_rejections_total", reason="deadline") >= 1
+
+
+@pytest.mark.parametrize("value", ["soon", "-5", "0", "inf"])
+def test_a_bad_timeout_header_is_a_400(slow, value):
+    response = httpx2.post(slow.url + "/predict", json={"inputs": SAMPLE}, headers={"X-Request-Timeout-Ms": value})
+    assert response.status_code == 400
+    assert "must be a positive number of milliseconds" in response.json()["error"]
+
+
+def test_admission_refuses_at_once_what_the_queue_would_make_late(slow):
+    budget_ms = CALL_SECONDS * 1e3 * 3  # room for ~3 calls; 12 clients queue far more than that
+
+    local = threading.local()  # one keep-alive client per thread: a new client costs ~0.25 s here
+    clients: list[httpx2.Client] = []
+
+    def ask(_: int) -> tuple[int, float, str]:
+        if not hasattr(local, "http"):
+            local.http = httpx2.Client(base_url=slow.url)
+            clients.append(local.http)
+        started = time.monotonic()
+        response = local.http.post(
+            "/predict", json={"inputs": SAMPLE}, headers={"X-Request-Timeout-Ms": str(budget_ms)}
+        )
+        return response.status_code, time.monotonic() - started, response.headers.get("retry-after", "")
+
+    with ThreadPoolExecutor(12) as pool:
+        results = list(pool.map(ask, range(24)))
+    for client in clients:
+        client.close()
+    statuses = [status for status, _, _ in results]
+    assert set(statuses) <= {200, 503, 504}
+    assert 200 in statuses
+    refused = [(elapsed, retry) for status, elapsed, retry in results if status == 503]
+    assert refused, statuses
+    # Refused up front, not after waiting out the deadline; and told when to come back.
+    assert min(elapsed for elapsed, _ in refused) < budget_ms / 1e3
+    assert all(retry.isdigit() for _, retry in refused)
+    text = httpx2.get(slow.url + "/metrics").text
+    assert metric_total(text, "inferpool_rejections_total", reason="predicted_wait") >= 1
+
+
+def test_v2_timeout_parameter_in_microseconds(slow):
+    client = triton.InferenceServerClient(slow.url.removeprefix("http://"))
+    tensor = triton.InferInput("image", [1, 1, 8, 8], "FP32")
+    tensor.set_data_from_numpy(np.zeros((1, 1, 8, 8), dtype=np.float32))
+    assert client.infer("digits", [tensor], timeout=5_000_000).as_numpy("label").shape == (1,)
+    with pytest.raises(InferenceServerException, match="deadline") as info:
+        client.infer("digits", [tensor], timeout=2_000)  # 2 ms < one 20 ms call
+    assert info.value.status() == "504"
+    client.close()
+
+
+def test_batching_combines_concurrent_requests(tmp_path, images, reference):
+    # A generous delay: on a loaded 2-core machine the clients are slow to send, and the test is
+    # about requests sharing calls, not about latency.
+    # One process: the concurrent requests must meet in one batcher.
+    args = ("--runtime.max-batch-size", "8", "--runtime.max-queue-delay-us", "20000", "--workers", "1")
+    with run_server(tmp_path, *args) as server:
+        wait_ready(server)
+
+        def ask(i: int) -> tuple[int, str]:
+            response = httpx2.post(server.url + "/predict", json={"inputs": images[i % 16].tolist()})
+            return int(response.json()["outputs"]["label"]), response.headers["server-timing"]
+
+        with ThreadPoolExecutor(8) as pool:
+            results = list(pool.map(ask, range(64)))
+        text = httpx2.get(server.url + "/metrics").text
+    labels = reference(images)[1]
+    assert [label for label, _ in results] == [int(labels[i % 16]) for i in range(64)]
+    assert all("batch;dur=" in timing for _, timing in results)
+    calls = metric_total(text, "inferpool_batch_size_count")
+    samples = metric_total(text, "inferpool_batch_size_sum")
+    assert samples / calls > 1.5, "requests should have shared model calls"
+    assert metric_total(text, "inferpool_batch_formation_seconds_count") == 64

@@ -1,0 +1,87 @@
+"""Fuzz every route from the service's own OpenAPI spec with the schemathesis CLI, against the
+real server, on the digits and the MiniLM configs.
+
+Every check is on, the data-acceptance ones included: what the spec accepts must be answered
+2xx, what it rejects 4xx, and every answer must match its documented status, headers and
+schema. Examples, coverage (boundary values and each way to break them), fuzzing and stateful
+phases all run; path parameters come from the spec, which lists the served models and
+versions. tests/e2e/service/fuzz_hooks.py and schemathesis.toml say what the spec cannot.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx2
+import jsonschema  # type: ignore[import-untyped]  # schemathesis brings it, without stubs
+import pytest
+
+from harness.server import REPO_ROOT, run_server, wait_ready
+
+HERE = Path(__file__).resolve().parent
+SCHEMATHESIS = shutil.which("st", path=str(Path(sys.executable).parent)) or "st"
+API_KEY = "fuzz-key"
+# Per operation and phase: ~3,700 requests, about 75 s for both configs on a shared 2-core
+# machine (the CI budget is three minutes). Raise it locally (INFERPOOL_FUZZ_EXAMPLES) to dig.
+MAX_EXAMPLES = int(os.environ.get("INFERPOOL_FUZZ_EXAMPLES", "20"))
+SEED = os.environ.get("INFERPOOL_FUZZ_SEED", "16")  # fixed, so that CI is repeatable
+# max_request_samples bounds the batch sizes the spec lists one by one (service/openapi.py).
+CONFIGS: dict[str, tuple[str, ...]] = {
+    "digits": ("--runtime.backend", "eager", "--max-body-bytes", "65536", "--runtime.max-request-samples", "8"),
+    "minilm": ("--config", str(REPO_ROOT / "config" / "minilm.toml"), "--runtime.max-request-samples", "8"),
+}
+KEYED = {"digits"}  # served with an API key: the spec declares it, and ignored_auth checks it
+# One sample and a batch: the answer's shape differs (MiniLM: one embedding, or a list of them).
+ONE_AND_MANY: dict[str, tuple[object, object]] = {
+    "digits": ([[[0.0] * 8] * 8], [[[[0.0] * 8] * 8]] * 2),
+    "minilm": ("A sentence.", ["One sentence.", "Another one."]),
+}
+
+
+def check_answers_conform(url: str, config: str, headers: dict[str, str]) -> None:
+    """Said outright, not left to the fuzzer's luck: both /predict answers fit the spec."""
+    spec = httpx2.get(url + "/openapi.json", timeout=10).json()
+    schema = spec["paths"]["/predict"]["post"]["responses"]["200"]["content"]["application/json"]["schema"]
+    for inputs in ONE_AND_MANY[config]:
+        answer = httpx2.post(url + "/predict", json={"inputs": inputs}, headers=headers, timeout=60)
+        assert answer.status_code == 200, answer.text
+        jsonschema.validate(answer.json(), schema, cls=jsonschema.Draft202012Validator)
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_every_route_answers_within_its_spec(config, tmp_path, capsys, monkeypatch):
+    auth: dict[str, str] = {}
+    if config in KEYED:
+        monkeypatch.setenv("INFERPOOL_API_KEY", API_KEY)
+        auth = {"Authorization": f"Bearer {API_KEY}"}
+    sent = [arg for name, value in auth.items() for arg in ("-H", f"{name}: {value}")]
+    with run_server(tmp_path, *CONFIGS[config], "--workers", "1", ready_timeout=120) as server:
+        wait_ready(server, 120)
+        check_answers_conform(server.url, config, auth)
+        run = subprocess.run(
+            [
+                SCHEMATHESIS, "--config-file", str(HERE / "schemathesis.toml"),
+                "run", server.url + "/openapi.json", *sent,
+                "--checks", "all", "--mode", "all", "--max-examples", str(MAX_EXAMPLES), "--seed", SEED,
+                "--workers", "1", "--generation-database", "none", "--continue-on-failure", "--no-color",
+            ],
+            env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "SCHEMATHESIS_HOOKS": "tests.e2e.service.fuzz_hooks"},
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )  # fmt: skip
+        assert server.process.poll() is None, "the server must survive the fuzzing"
+    report = run.stdout + run.stderr
+    tested = re.search(r"Tested: (\d+)", report)
+    cases = re.search(r"(\d+) generated", report)
+    with capsys.disabled():
+        print(f"\nschemathesis on {config}: {cases and cases[1]} cases over {tested and tested[1]} operations")
+    assert run.returncode == 0, report[-20000:]
+    assert tested is not None, report[-5000:]
+    assert int(tested[1]) >= 16, report[-5000:]

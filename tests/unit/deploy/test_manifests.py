@@ -1,0 +1,252 @@
+"""deploy/: the Kubernetes manifests, validated offline.
+
+Built-in kinds are validated with kubernetes-validate (bundled OpenAPI-derived JSON schemas)
+in strict mode, which rejects unknown fields, for the oldest Kubernetes version these
+manifests support (1.33) and the newest the installed package knows. kubernetes-validate has
+no schemas for custom resources: ServiceMonitor (Prometheus Operator) and InferenceService
+(KServe) are only parsed and checked here for the fields their CRDs require and for
+consistency with the rest; the InferenceService's container is validated as a core/v1 Pod.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from decimal import Decimal
+from pathlib import Path
+
+import kubernetes_validate  # type: ignore[import-untyped]
+import pytest
+import yaml  # type: ignore[import-untyped]
+
+from config import load_settings
+from engine import ConfigError
+from engine.threads import plan_threads
+from service.host import sized
+
+REPO = Path(__file__).resolve().parents[3]
+DEPLOY = REPO / "deploy"
+VERSIONS = ["1.33", kubernetes_validate.latest_version()]
+CRD_KINDS = {"ServiceMonitor", "InferenceService"}
+INFLIGHT = "inferpool_inflight_requests"
+MARGIN_SECONDS = 5
+
+
+def _load(path: Path) -> list[dict]:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+MANIFESTS = {path.relative_to(DEPLOY).as_posix(): _load(path) for path in sorted(DEPLOY.rglob("*.yaml"))}
+RESOURCES = [(name, doc) for name, docs in MANIFESTS.items() for doc in docs]
+
+
+def _one(kind: str) -> dict:
+    found = [doc for _, doc in RESOURCES if doc["kind"] == kind]
+    assert len(found) == 1, f"expected one {kind}, found {len(found)}"
+    return found[0]
+
+
+def _container(deployment: dict) -> dict:
+    containers = deployment["spec"]["template"]["spec"]["containers"]
+    return next(c for c in containers if c["name"] == "inferpool")
+
+
+def _env(container: dict) -> dict[str, dict]:
+    return {item["name"]: item for item in container["env"]}
+
+
+def _cpus(quantity: str) -> Decimal:
+    return Decimal(quantity[:-1]) / 1000 if quantity.endswith("m") else Decimal(quantity)
+
+
+def _resolve_env(container: dict) -> dict[str, str]:
+    """The environment the kubelet gives the container (values and resourceFieldRefs)."""
+    env = {}
+    for name, item in _env(container).items():
+        if "value" in item:
+            env[name] = item["value"]
+            continue
+        ref = item["valueFrom"]["resourceFieldRef"]
+        assert ref["resource"] == "limits.cpu", ref
+        # The Downward API rounds up to a whole multiple of the divisor.
+        env[name] = str(math.ceil(_cpus(container["resources"]["limits"]["cpu"]) / _cpus(ref.get("divisor", "1"))))
+    return env
+
+
+def test_every_manifest_parses_and_names_its_resources():
+    assert set(MANIFESTS) >= {
+        "deployment.yaml",
+        "service.yaml",
+        "hpa.yaml",
+        "monitoring/servicemonitor.yaml",
+        "monitoring/prometheus-adapter-rules.yaml",
+        "kserve/inferenceservice.yaml",
+    }
+    for name, doc in RESOURCES:
+        assert {"apiVersion", "kind", "metadata"} <= doc.keys(), name
+        assert doc["metadata"]["name"], name
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize(("name", "doc"), RESOURCES, ids=[f"{n}:{d['kind']}" for n, d in RESOURCES])
+def test_builtin_kinds_validate_strictly(name, doc, version):
+    if doc["kind"] in CRD_KINDS:
+        # Stated, not assumed: the package really cannot validate these (checked by hand below).
+        with pytest.raises(kubernetes_validate.SchemaNotFoundError):
+            kubernetes_validate.validate(doc, version, strict=True)
+        return
+    assert kubernetes_validate.validate(doc, version, strict=True)
+
+
+def test_strict_validation_catches_mistakes():
+    deployment = copy.deepcopy(_one("Deployment"))
+    _container(deployment)["livenessProbes"] = _container(deployment).pop("livenessProbe")  # a typo
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, VERSIONS[0], strict=True)
+    hpa = copy.deepcopy(_one("HorizontalPodAutoscaler"))
+    hpa["spec"]["minReplicas"] = "two"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(hpa, VERSIONS[0], strict=True)
+
+
+def test_cpu_requests_equal_whole_cpu_limits_and_drive_the_thread_budget(monkeypatch):
+    container = _container(_one("Deployment"))
+    resources = container["resources"]
+    assert resources["requests"] == resources["limits"], "Guaranteed QoS: requests = limits"
+    limit = _cpus(resources["limits"]["cpu"])
+    assert limit == int(limit) >= 1, "whole CPUs: the Downward API rounds fractional limits up"
+
+    ref = _env(container)["INFERPOOL_WORKERS"]["valueFrom"]["resourceFieldRef"]
+    assert ref == {"containerName": "inferpool", "resource": "limits.cpu", "divisor": "1"}
+    env = _resolve_env(container)
+    assert env["INFERPOOL_RUNTIME__NUM_RUNTIMES"] == "1"
+    assert env["INFERPOOL_RUNTIME__INTRA_OP_THREADS"] == "1"
+
+    # The service reads exactly these variables: processes x runtimes x threads fits the quota.
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    settings = sized(load_settings(), cpus=math.floor(limit))
+    assert settings.workers == int(limit)
+    plan = plan_threads(settings.runtime, cpus=math.floor(limit), shares=settings.cpu_shares)
+    assert plan.threads * settings.workers == int(limit)
+
+    # Why whole CPUs: a 1500m limit gives WORKERS=2 on a 1.5-CPU quota, which the server
+    # refuses (it counts floor(1.5) = 1 usable CPU).
+    fractional = copy.deepcopy(container)
+    fractional["resources"]["limits"]["cpu"] = "1500m"
+    monkeypatch.setenv("INFERPOOL_WORKERS", _resolve_env(fractional)["INFERPOOL_WORKERS"])
+    with pytest.raises(ConfigError, match="lower workers"):
+        sized(load_settings(), cpus=1)
+
+
+def test_probes_and_shutdown_timeline():
+    deployment = _one("Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    container = _container(deployment)
+    assert container["startupProbe"]["httpGet"]["path"] == "/health/ready"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/health/ready"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/health/live"
+    startup = container["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 120, "room for loading a real model"
+    ports = {p["name"] for p in container["ports"]}
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert container[probe]["httpGet"]["port"] in ports
+
+    pre_stop = container["lifecycle"]["preStop"]["sleep"]["seconds"]
+    drain = int(_resolve_env(container)["INFERPOOL_DRAIN_SECONDS"])
+    grace = pod["terminationGracePeriodSeconds"]
+    assert pre_stop >= 1
+    assert grace >= pre_stop + drain + MARGIN_SECONDS, (grace, pre_stop, drain)
+    assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+
+
+def test_pod_runs_as_the_images_non_root_user():
+    dockerfile = (REPO / "Dockerfile").read_text()
+    pod = _one("Deployment")["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    uid = pod["securityContext"]["runAsUser"]
+    assert f"USER {uid}:" in dockerfile or f"USER {uid}\n" in dockerfile
+
+
+def test_service_selects_the_pods_and_their_port():
+    deployment, service = _one("Deployment"), _one("Service")
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= labels.items()
+    assert deployment["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    ports = {p["name"] for p in _container(deployment)["ports"]}
+    assert all(p["targetPort"] in ports for p in service["spec"]["ports"])
+
+
+def test_hpa_scales_the_deployment_on_inflight_per_pod_with_cpu_fallback():
+    hpa, deployment = _one("HorizontalPodAutoscaler"), _one("Deployment")
+    assert hpa["apiVersion"] == "autoscaling/v2"
+    target = hpa["spec"]["scaleTargetRef"]
+    assert (target["apiVersion"], target["kind"], target["name"]) == (
+        deployment["apiVersion"],
+        "Deployment",
+        deployment["metadata"]["name"],
+    )
+    assert "replicas" not in deployment["spec"], "the HPA owns the replica count"
+    assert hpa["spec"]["minReplicas"] >= 2
+    kinds = {m["type"]: m for m in hpa["spec"]["metrics"]}
+    pods = kinds["Pods"]["pods"]
+    assert pods["metric"]["name"] == INFLIGHT
+    assert pods["target"]["type"] == "AverageValue"
+    assert kinds["Resource"]["resource"]["name"] == "cpu"
+
+
+def test_adapter_rule_exposes_the_hpa_metric_per_pod():
+    adapter = _one("ConfigMap")
+    config = yaml.safe_load(adapter["data"]["config.yaml"])
+    hpa_metric = next(
+        m["pods"]["metric"]["name"] for m in _one("HorizontalPodAutoscaler")["spec"]["metrics"] if m["type"] == "Pods"
+    )
+    rules = [r for r in config["rules"] if INFLIGHT in r["seriesQuery"]]
+    assert len(rules) == 1
+    rule = rules[0]
+    assert rule["name"]["as"] == hpa_metric
+    overrides = rule["resources"]["overrides"]
+    assert overrides["pod"] == {"resource": "pod"}
+    assert overrides["namespace"] == {"resource": "namespace"}
+    assert "<<.Series>>" in rule["metricsQuery"]
+    assert "<<.LabelMatchers>>" in rule["metricsQuery"]
+    assert "by (<<.GroupBy>>)" in rule["metricsQuery"]
+
+
+def test_service_monitor_scrapes_the_service_metrics_port():
+    # CRD monitoring.coreos.com/v1: not validated by kubernetes-validate; required: spec.endpoints
+    # and spec.selector, plus consistency with the Service.
+    monitor, service = _one("ServiceMonitor"), _one("Service")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    service_ports = {p["name"] for p in service["spec"]["ports"]}
+    assert monitor["spec"]["endpoints"]
+    for endpoint in monitor["spec"]["endpoints"]:
+        assert endpoint["port"] in service_ports
+        assert endpoint.get("path", "/metrics") == "/metrics"
+    annotations = _one("Deployment")["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/path"] == "/metrics"
+
+
+def test_kserve_inference_service_custom_container_v2():
+    # CRD serving.kserve.io/v1beta1: not validated by kubernetes-validate. KServe requires
+    # spec.predictor; a custom predictor is a PodSpec whose serving container is named
+    # kserve-container and declares its protocol in the PROTOCOL env var (v1 or v2).
+    isvc = _one("InferenceService")
+    assert isvc["apiVersion"] == "serving.kserve.io/v1beta1"
+    predictor = isvc["spec"]["predictor"]
+    container = predictor["containers"][0]
+    assert container["name"] == "kserve-container"
+    assert container["image"] == _container(_one("Deployment"))["image"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["PROTOCOL"]["value"] == "v2"
+    ref = env["INFERPOOL_WORKERS"]["valueFrom"]["resourceFieldRef"]
+    assert ref["containerName"] == container["name"]
+    assert container["resources"]["requests"] == container["resources"]["limits"]
+    assert 1 <= predictor["minReplicas"] <= predictor["maxReplicas"]
+
+    # The pod part is core/v1: validate it strictly as a Pod.
+    extension_fields = {"minReplicas", "maxReplicas", "scaleTarget", "scaleMetric", "containerConcurrency"}
+    pod_spec = {k: v for k, v in predictor.items() if k not in extension_fields}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "isvc-check"}, "spec": pod_spec}
+    kubernetes_validate.validate(pod, VERSIONS[0], strict=True)

@@ -1,0 +1,95 @@
+"""MiniLM embeddings through the engine: the handler, ServedModel, each backend, batching."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from engine import InvalidInput, RuntimeOptions, ServedModel
+from engine.zoo.minilm import BUCKETS, MAX_TOKENS, MiniLMHandler
+from tests.support.minilm_reference import LONG, SENTENCES, cosines, reference
+
+MODEL, HANDLER = "engine.zoo.minilm:build", "engine.zoo.minilm:MiniLMHandler"
+
+
+@pytest.fixture(scope="module")
+def handler():
+    return MiniLMHandler()
+
+
+def test_pads_to_the_smallest_length_bucket_and_reports_truncation(handler):
+    arrays, context = handler.preprocess(SENTENCES)
+    assert arrays["input_ids"].shape[1] == MAX_TOKENS == BUCKETS[-1]
+    assert arrays["input_ids"].dtype == arrays["attention_mask"].dtype == np.int64
+    assert context.truncated.tolist() == [i == LONG for i in range(len(SENTENCES))]
+    short, _ = handler.preprocess("Hi.")
+    assert short["input_ids"].shape == (1, BUCKETS[0])
+    assert short["attention_mask"].sum() == 4  # [CLS] hi . [SEP]
+    medium, _ = handler.preprocess(["word " * 20])
+    assert medium["input_ids"].shape == (1, 24)  # 22 tokens: the 24 bucket, not 32
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        ("", "the text is empty"),
+        ("   ", "the text is empty"),
+        ([], "non-empty list"),
+        (["fine", ""], "text 1 is empty"),
+        ([1, 2], "text 0 must be a string, got int"),
+        (42, "non-empty string"),
+        ({"txt": "a"}, "got keys"),
+        ({"text": [b"\xff"]}, "not valid UTF-8"),
+    ],
+)
+def test_bad_text_is_invalid_input(handler, payload, message):
+    with pytest.raises(InvalidInput, match=message):
+        handler.preprocess(payload)
+
+
+@pytest.fixture(scope="module", params=["eager", "onnxruntime"])
+def served(request):
+    options = RuntimeOptions(backend=request.param, dispatch="threads", warmup_iters=1)
+    model = ServedModel.load(MODEL, options, handler=HANDLER)
+    yield model
+    model.close()
+
+
+def test_matches_sentence_transformers_batch_and_single(served):
+    prediction = asyncio.run(served.infer(SENTENCES))
+    out = prediction.outputs
+    assert out["embedding"].shape == (len(SENTENCES), 384)
+    assert cosines(out["embedding"], reference()).min() >= 0.999
+    assert np.allclose(np.linalg.norm(out["embedding"], axis=1), 1, atol=1e-5)
+    assert out["truncated"].tolist() == [i == LONG for i in range(len(SENTENCES))]
+    assert out["tokens"][LONG] == MAX_TOKENS
+    one = asyncio.run(served.infer(SENTENCES[1])).outputs
+    assert one["embedding"].shape == (384,)
+    assert not one["truncated"]
+    assert cosines(one["embedding"], reference()[1]) >= 0.999
+
+
+def test_v2_style_bytes_payload(served):
+    text = np.empty(2, dtype=object)
+    text[:] = [s.encode() for s in SENTENCES[:2]]
+    out = asyncio.run(served.infer({"text": text})).outputs
+    assert cosines(out["embedding"], reference()[:2]).min() >= 0.999
+
+
+def test_batching_groups_requests_by_length_bucket():
+    options = RuntimeOptions(backend="eager", warmup_iters=1, max_batch_size=8, max_queue_delay_us=20_000)
+    model = ServedModel.load(MODEL, options, handler=HANDLER)
+    try:
+
+        async def many() -> list:
+            return await asyncio.gather(*(model.infer(SENTENCES[i % len(SENTENCES)]) for i in range(10)))
+
+        predictions = asyncio.run(many())
+    finally:
+        model.close()
+    for i, prediction in enumerate(predictions):
+        assert cosines(prediction.outputs["embedding"], reference()[i % len(SENTENCES)]) >= 0.999
+        assert bool(prediction.outputs["truncated"]) == (i % len(SENTENCES) == LONG)
+    assert max(p.batch_size for p in predictions) > 1
