@@ -14,8 +14,9 @@ queue delay. In four steps, never past ``--budget``:
 4. confirm: the winner against the defaults (serve with the settings given here, untuned), in
    interleaved rounds: the throughput ratio and whether the objective held.
 
-Exit status 0 with a winner, 1 when no setting met the objective (the closest is written to
-closest.toml and named), 2 for invalid arguments.
+Exit status 0 with a winner, 1 when no setting met the objective (the closest, with how far it
+missed, is named and written to closest.toml: cli/tune_rank.py says how it is chosen), 2 for
+invalid arguments.
 """
 
 from __future__ import annotations
@@ -29,12 +30,13 @@ from pathlib import Path
 
 from cli.argv import config_argument, refuse, settings_from_argv
 from cli.tune_budget import Budget, format_seconds, parse_duration
-from cli.tune_confirm import Confirmation, confirm, reserve
+from cli.tune_confirm import Confirmation, confirm, reserve, shortest
 from cli.tune_costs import CostMeter, Costs, batch_sizes, measure_costs
 from cli.tune_progress import Progress
+from cli.tune_rank import DEFAULTS
 from cli.tune_report import confirmation_lines, format_table, verdict, write_results
 from cli.tune_space import Knobs, Load, build_space, calibrate, keep_backends, rerank
-from cli.tune_trials import DEFAULTS, Plan, Trial, Trials
+from cli.tune_trials import Plan, Trial, Trials
 from config import Settings
 from engine import EngineError
 from engine.options import AUTO_CANDIDATES
@@ -161,16 +163,17 @@ def _search(trials: Trials, costs: Costs, settings: Settings, out: Path, progres
         if not trials.run(trial, f"trial {number}/{len(space.candidates)}"):
             not_run = len(space.candidates) - number + 1
             break
-    best = trials.best
-    chosen = best if best is not None and best.met else None
+    choice = trials.choice
+    best = None if choice is None else choice.chosen
+    chosen = best if choice is not None and choice.met else None
     confirmation = _confirm(trials, best, progress)
     trials.close()
-    print(format_table(trials.done))
+    print(format_table(trials.done, choice))
     if passed:
         print(f"{passed} shorter queue delays not tried: their batch setting with the longer delay did not lead")
     if not_run:
         print(f"{not_run} of {len(space.candidates)} settings not run: the budget left could not hold them")
-    print(verdict(chosen, best, load))
+    print(verdict(choice, load))
     for line in confirmation_lines(confirmation, load, best.name if best else "-"):
         print(line)
     written = write_results(out, trials, costs, space.reasons, confirmation, settings)
@@ -181,10 +184,14 @@ def _search(trials: Trials, costs: Costs, settings: Settings, out: Path, progres
 
 def _confirm(trials: Trials, best: Trial | None, progress: Progress) -> Confirmation | None:
     defaults_port = trials.port(trials.done[0])
-    tuned_port = None if best is None else trials.port(best)
-    if defaults_port is None or tuned_port is None:
+    if defaults_port is None or best is None:
         return None
-    progress.say(f"confirmation: {best.name if best else '-'} against the defaults, interleaved")
+    # Starting the chosen one's server again, when it was stopped, may take what the slices
+    # would have had, but never what the shortest confirmation needs.
+    tuned_port = trials.serve(best, trials.budget.left() - shortest())
+    if tuned_port is None:
+        return None
+    progress.say(f"confirmation: {best.name} against the defaults, interleaved")
     return confirm(defaults_port, tuned_port, trials.plan.workload, trials.plan.load, trials.budget, progress)
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0}
 _PART = re.compile(r"(\d+(?:\.\d+)?)([hms])")
 EXIT_MARGIN = 5.0
-"""Seconds kept at the very end: stopping the servers still up (a SIGTERM drain each, ~2 s for
-MiniLM's) and writing the results (importing matplotlib for the plot takes ~1 s)."""
+"""Seconds kept at the very end: stopping the servers still up (a SIGTERM drain each) and writing the
+results (importing matplotlib for the plot)."""
 
 
 def parse_duration(text: str) -> float:

@@ -13,17 +13,32 @@ from harness.load import Summary, Window, Workload, run_load
 
 ROUNDS = 4
 WARMUP = 0.5  # per slice: the connections open and the first requests settle
+OVERHEAD = 0.25
+"""Per slice, beyond its warm-up and measuring: a fresh event loop, the connections opened
+before the clock starts and the clients cancelled after it stops (harness.load.drive)."""
 MIN_SLICE = 0.5
 MAX_SLICE = 5.0
 
 
 def reserve(budget_seconds: float) -> float:
     """Seconds to keep for the confirmation: ROUNDS x 2 slices of ~1 % of the budget each."""
-    return 2 * ROUNDS * (slice_seconds(budget_seconds) + WARMUP) + 1.0
+    return 2 * ROUNDS * (slice_seconds(budget_seconds) + WARMUP + OVERHEAD) + 1.0
+
+
+def shortest() -> float:
+    """Seconds the shortest confirmation worth running takes."""
+    return 2 * ROUNDS * (MIN_SLICE + WARMUP + OVERHEAD)
 
 
 def slice_seconds(budget_seconds: float) -> float:
     return min(MAX_SLICE, max(1.0, budget_seconds / 100))
+
+
+def fitting_slice(budget_seconds: float, left: float) -> float | None:
+    """The measured seconds per slice: ~1 % of the budget, but no more than ``left`` seconds
+    hold for all 2 x ROUNDS of them; None when not even MIN_SLICE fits."""
+    slice_ = min(slice_seconds(budget_seconds), left / (2 * ROUNDS) - WARMUP - OVERHEAD)
+    return None if slice_ < MIN_SLICE else slice_
 
 
 @dataclass(frozen=True)
@@ -42,8 +57,8 @@ def confirm(
     defaults_port: int, tuned_port: int, workload: Workload, load: Load, budget: Budget, progress: Progress
 ) -> Confirmation | None:
     """None when too little of the budget is left for even short slices."""
-    slice_ = min(slice_seconds(budget.seconds), budget.left() / (2 * ROUNDS) - WARMUP)
-    if slice_ < MIN_SLICE:
+    slice_ = fitting_slice(budget.seconds, budget.left())
+    if slice_ is None:
         return None
     ports = (defaults_port, tuned_port)  # the same port when the defaults won
     windows: tuple[list[Window], list[Window]] = ([], [])

@@ -54,11 +54,25 @@ class Costs:
 
     def call(self, backend: str, threads: int, batch: int) -> float:
         """Seconds per call at ``batch``: the largest measured size at most ``batch``, scaled
-        up linearly (no more saving per sample than measured)."""
+        up linearly (no more saving per sample than measured), and no more than any larger size
+        measured. A call on fewer samples cannot need more time than one on more (it could be
+        padded to that size), so a smaller size that measured slower was disturbed: one such cell
+        of the digits model once cut batching out of the search (docs/BENCHMARKS.md, "inferpool tune (issue 20)")."""
         sizes = self.sizes(backend, threads) or self.sizes(backend)
         threads = threads if self.sizes(backend, threads) else 1
         size = max((s for s in sizes if s <= batch), default=sizes[0])
-        return self.calls[backend, threads, size] * batch / size
+        scaled = self.calls[backend, threads, size] * batch / size
+        return min([scaled, *(self.calls[backend, threads, s] for s in sizes if s >= batch)])
+
+    def disturbed(self) -> list[str]:
+        """The cells ``call`` bounds by a larger size's time, one line each (for the report)."""
+        lines = []
+        for (backend, threads, size), seconds in sorted(self.calls.items()):
+            bound = self.call(backend, threads, size)
+            if bound < seconds:
+                lines.append(f"{backend} x{threads} b{size}: timed {seconds * 1e6:.0f} us, more than a larger "
+                             f"batch: taken as {bound * 1e6:.0f} us")  # fmt: skip
+        return lines
 
     def per_sample(self, backend: str, threads: int, batch: int) -> float:
         return self.call(backend, threads, batch) / batch
@@ -147,6 +161,7 @@ def measure_costs(
             for backend in ready:
                 meter.time(backend, count, size)
     meter.runtimes.clear()
+    costs.notes += costs.disturbed()
     return costs
 
 

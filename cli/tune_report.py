@@ -13,19 +13,23 @@ from typing import Any
 from cli.tune_config import write_config
 from cli.tune_confirm import Confirmation
 from cli.tune_costs import Costs
+from cli.tune_rank import DEFAULTS, Choice, describe_miss, miss
 from cli.tune_space import Load
-from cli.tune_trials import DEFAULTS, Trial, Trials
+from cli.tune_trials import Trial, Trials
 from config import Settings
 from harness.load import Summary
 
 COLUMNS = (
     f"{'trial':<9}{'backend':<22}{'procs':>5}{'rt':>4}{'thr':>4}  {'dispatch':<15}{'batch':>5}{'delay us':>9}"
-    f"{'start s':>8}{'pred/s':>8}{'req/s':>8}{'p50 ms':>8}{'p99 ms':>8}{'errors':>7}  result"
+    f"{'start s':>8}{'pred/s':>8}{'req/s':>8}{'p50 ms':>8}{'p99 ms':>8}{'±':>6}{'errors':>7}  result"
 )
 
 
-def format_table(trials: Sequence[Trial]) -> str:
-    return "\n".join([COLUMNS, *(_row(trial) for trial in trials)])
+def format_table(trials: Sequence[Trial], choice: Choice[Trial] | None = None) -> str:
+    """One row a trial; ``±`` is its p99's noise (cli.tune_rank.p99_noise); the chosen one is
+    marked winner, or closest when none met the objective."""
+    mark = "" if choice is None else "  <- winner" if choice.met else "  <- closest"
+    return "\n".join([COLUMNS, *(_row(t) + (mark if choice and t is choice.chosen else "") for t in trials)])
 
 
 def _row(trial: Trial) -> str:
@@ -40,11 +44,12 @@ def _row(trial: Trial) -> str:
     start = "-" if trial.startup_seconds is None else f"{trial.startup_seconds:.1f}"
     predicted = "-" if trial.predicted is None else f"{trial.predicted:.0f}"
     if summary is None:
-        measured = f"{'-':>8}{'-':>8}{'-':>8}{'-':>7}"
+        measured = f"{'-':>8}{'-':>8}{'-':>8}{'-':>6}{'-':>7}"
     else:
         p50 = "-" if summary.p50_ms is None else f"{summary.p50_ms:.1f}"
         p99 = "-" if summary.p99_ms is None else f"{summary.p99_ms:.1f}"
-        measured = f"{summary.throughput:>8.0f}{p50:>8}{p99:>8}{summary.errors:>7}"
+        noise = "-" if trial.p99_noise_ms is None else f"{trial.p99_noise_ms:.1f}"
+        measured = f"{summary.throughput:>8.0f}{p50:>8}{p99:>8}{noise:>6}{summary.errors:>7}"
     return (
         f"{trial.name:<9}{chosen(knobs.backend, 'backend'):<22}{knobs.workers:>5}{runtimes:>4}"
         f"{knobs.intra_op_threads:>4}  {chosen(knobs.dispatch, 'dispatch'):<15}{knobs.max_batch_size:>5}{delay:>9}"
@@ -76,7 +81,7 @@ def _complete(trial: Trial) -> bool:
     return trial.summary is not None and trial.summary.p99_ms is not None and trial.status in ("met", "missed")
 
 
-def plot_pareto(trials: Sequence[Trial], load: Load, chosen: Trial | None, path: Path) -> str:
+def plot_pareto(trials: Sequence[Trial], load: Load, choice: Choice[Trial] | None, path: Path) -> str:
     """Write the plot; what to tell the user (where it is, or why there is none)."""
     try:
         import matplotlib
@@ -98,9 +103,11 @@ def plot_pareto(trials: Sequence[Trial], load: Load, chosen: Trial | None, path:
     axes.plot([t.summary.throughput for t in edge if t.summary], [t.summary.p99_ms for t in edge if t.summary],
               color="tab:blue", label="Pareto frontier")  # fmt: skip
     axes.axhline(load.p99_seconds * 1e3, color="tab:red", linestyle="--", label="p99 objective")
-    if chosen is not None and chosen.summary is not None:
-        axes.scatter([chosen.summary.throughput], [chosen.summary.p99_ms], s=160, facecolors="none",
-                     edgecolors="tab:green", label=f"chosen ({chosen.name})")  # fmt: skip
+    chosen = None if choice is None else choice.chosen.summary
+    if choice is not None and chosen is not None:
+        kind, color = ("winner", "tab:green") if choice.met else ("closest", "tab:orange")
+        axes.scatter([chosen.throughput], [chosen.p99_ms], s=160, facecolors="none", edgecolors=color,
+                     label=f"{kind} ({choice.chosen.name})")  # fmt: skip
     axes.set_xlabel("throughput (requests/s)")
     axes.set_ylabel("p99 latency (ms)")
     axes.set_yscale("log")
@@ -113,15 +120,14 @@ def plot_pareto(trials: Sequence[Trial], load: Load, chosen: Trial | None, path:
     return f"Pareto plot: {path}"
 
 
-def verdict(chosen: Trial | None, closest: Trial | None, load: Load) -> str:
+def verdict(choice: Choice[Trial] | None, load: Load) -> str:
     objective = f"p99 <= {load.p99_seconds * 1e3:g} ms"
-    if chosen is not None and chosen.summary is not None:
-        s = chosen.summary
-        return f"winner: {chosen.name} ({s.throughput:.0f} req/s, p99 {s.p99_ms:.1f} ms, {objective})"
-    if closest is None or closest.summary is None:
+    if choice is None:
         return f"no setting met {objective}, and no trial was measured"
-    return (f"no setting met {objective}; the closest: {closest.name} (p99 {closest.summary.p99_ms:.1f} ms, "
-            f"{closest.summary.throughput:.0f} req/s, {closest.summary.errors} errors)")  # fmt: skip
+    if choice.met and choice.chosen.summary is not None:
+        s = choice.chosen.summary
+        return f"winner: {choice.chosen.name} ({s.throughput:.0f} req/s, p99 {s.p99_ms:.1f} ms, {objective})"
+    return f"no setting met {objective}; the closest: {choice.chosen.name} ({describe_miss(choice, load)})"
 
 
 def confirmation_lines(confirmation: Confirmation | None, load: Load, name: str) -> list[str]:
@@ -158,13 +164,14 @@ def write_results(
     out: Path, trials: Trials, costs: Costs, reasons: list[str], confirmation: Confirmation | None, settings: Settings
 ) -> list[str]:
     """The Pareto plot, the winner's (or the closest's) config and trials.json; a line on each."""
-    load, best = trials.plan.load, trials.best
-    chosen = best if best is not None and best.met else None
-    written = [plot_pareto(trials.done, load, chosen, out / "pareto.png")]
+    load, choice = trials.plan.load, trials.choice
+    best = None if choice is None else choice.chosen
+    chosen = best if choice is not None and choice.met else None
+    written = [plot_pareto(trials.done, load, choice, out / "pareto.png")]
     if best is not None and best.summary is not None:
         knobs = best.knobs.resolved(best.served) if best.name == DEFAULTS else best.knobs
         name = "tuned.toml" if chosen is not None else "closest.toml"
-        comment = (f"inferpool tune: {verdict(chosen, best, load)}\n"
+        comment = (f"inferpool tune: {verdict(choice, load)}\n"
                    f"workload: {load.describe()}; serve with: inferpool serve --config {out / name}")  # fmt: skip
         written.append(f"config: {write_config(out / name, settings, knobs, comment)}")
     report: dict[str, Any] = {
@@ -176,6 +183,9 @@ def write_results(
         "trials": [asdict(t) for t in trials.done],
         "winner": None if chosen is None else chosen.name,
         "closest": None if chosen is not None or best is None else best.name,
+        "closest_miss": None
+        if chosen is not None or best is None or best.summary is None
+        else round(miss(best.summary, load), 3),  # p99 over the objective's (cli.tune_rank.miss)
         "confirmation": None if confirmation is None else asdict(confirmation),
         "seconds_used": round(trials.budget.used(), 1),
         "budget_seconds": trials.budget.seconds,

@@ -6,9 +6,11 @@ Pruning rules (each one says why a setting cannot help on this model, machine an
 
 - backends: kept if within KEEP_RATIO of the fastest per-sample cost at some batch size;
 - intra-op threads above 1: kept only where they cut a call's time by THREADS_GAIN or more;
-- batch sizes: powers of two up to the knee, where the per-sample cost stops falling by
-  BATCH_GAIN, no larger than the requests a process has outstanding, and whose call fits a
-  quarter of the p99 objective; the queue delay is one such call, or a quarter of it;
+- batch sizes: for each process count, the knee (the smallest size within BATCH_GAIN of the
+  lowest per-sample cost) and half of it, of the sizes no larger than the requests a process has
+  outstanding and whose call fits a quarter of the p99 objective; at least one past 1 wherever
+  a batch can fill (``useful_batches`` says why); the queue delay is one such call, or a
+  quarter of it;
 - processes x runtimes: no more parallel slots than requests outstanding; processes x
   runtimes x threads within the CPU budget (engine.threads);
 - several runtimes per process and worker threads only for calls that release the GIL (or are
@@ -29,7 +31,7 @@ from harness.load import Summary
 
 KEEP_RATIO = 1.3
 THREADS_GAIN = 1.3
-BATCH_GAIN = 0.9  # a batch size is worth it while its per-sample cost is at most 0.9x the half size's
+BATCH_GAIN = 0.9  # the knee: the smallest batch size whose per-sample cost is at most the lowest / 0.9
 HTTP_SECONDS = 300e-6
 """A request's HTTP work on its process's event loop (parse, route, JSON, encode), before the
 defaults trial measures it (``calibrate``)."""
@@ -155,17 +157,29 @@ def useful_threads(costs: Costs, backend: str) -> list[int]:
     return [1, *faster]
 
 
-def useful_batches(costs: Costs, backend: str, threads: int, load: Load) -> list[int]:
-    """Batch sizes past 1 worth a trial (the knee and half of it), 1 always."""
+def useful_batches(costs: Costs, backend: str, threads: int, load: Load, limit: int) -> list[int]:
+    """1, and the batch sizes past 1 worth a trial for a process with ``limit`` requests
+    outstanding: the knee and half of it, of the sizes that can fill (at most ``limit``) and
+    whose call fits a quarter of the p99 objective.
+
+    The knee is the smallest size whose per-sample cost is within BATCH_GAIN of the lowest
+    (larger ones save less than 10 % more per sample, and wait longer to fill). There is always
+    one past 1 when a batch of 2 can fill and fits: a bare call's cost leaves out what batching
+    saves in a server (one pass through the engine and one wake-up of the batcher per batch,
+    not per request), so no measured cost justifies dropping batching altogether. Walking up
+    the sizes until the first that saved too little let one noisy cell drop every batch size
+    (the digits model at 64 clients, docs/BENCHMARKS.md)."""
     if not costs.batched:
         return [1]
-    knee = 1
-    for size in costs.sizes(backend, threads)[1:]:
-        if costs.per_sample(backend, threads, size) > BATCH_GAIN * costs.per_sample(backend, threads, size // 2):
-            break
-        knee = size
-    fits = [s for s in (knee // 2, knee) if s >= 2 and costs.call(backend, threads, s) <= load.p99_seconds / 4]
-    return [1, *sorted(set(fits))]
+    sizes = [
+        s for s in costs.sizes(backend, threads) or costs.sizes(backend)
+        if 2 <= s <= limit and costs.call(backend, threads, s) <= load.p99_seconds / 4
+    ]  # fmt: skip
+    if not sizes:
+        return [1]
+    lowest = min(costs.per_sample(backend, threads, s) for s in sizes)
+    knee = min(s for s in sizes if BATCH_GAIN * costs.per_sample(backend, threads, s) <= lowest)
+    return [1, *sorted({s for s in (knee // 2, knee) if s >= 2})]
 
 
 def process_counts(cpus: int) -> list[int]:
@@ -188,8 +202,8 @@ def build_space(costs: Costs, load: Load, models: int, oversubscribe: bool, skip
         if not parallel and costs.cpus >= 2:
             reasons.append(f"{backend}: one runtime per process, inline: its calls hold the GIL ({share:.0%})")
         for threads in useful_threads(costs, backend):
-            batches = useful_batches(costs, backend, threads, load)
             for workers in process_counts(costs.cpus):
+                batches = useful_batches(costs, backend, threads, load, max(1, load.outstanding // workers))
                 slots = (costs.cpus // (workers * models)) // threads
                 if slots < 1 and not oversubscribe:
                     continue
@@ -217,10 +231,7 @@ def _points(costs: Costs, load: Load, base: Knobs, batches: list[int], parallel:
         points.append((base, None))
     if parallel:
         points.append((replace(base, dispatch="threads"), None))
-    per_process = max(1, load.outstanding // base.workers)
     for batch in batches[1:]:
-        if batch > per_process:
-            continue
         call_us = round(costs.call(base.backend, base.intra_op_threads, batch) * 1e6)
         full = replace(
             base, dispatch="auto", max_batch_size=batch, max_queue_delay_us=float(max(MIN_DELAY_US, call_us))

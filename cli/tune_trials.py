@@ -8,7 +8,10 @@ A trial stops early when (after MIN_SAMPLES answers and a quarter of its time):
   its p99 can no longer come under the objective, whatever the rest of the run does;
 - in a closed loop, its throughput so far, even WIN_MARGIN higher, is below the best trial's
   that met the objective.
-The servers of the defaults and of the best trial so far stay up (idle) for the confirmation run.
+The servers of the defaults and of the trial chosen so far (cli.tune_rank) stay up (idle) for
+the confirmation run; when the choice moves back to a trial whose server was stopped (among
+trials that missed, a new lowest p99 can make an earlier one the closest), ``serve`` starts
+it again, within the budget.
 """
 
 from __future__ import annotations
@@ -26,10 +29,11 @@ from typing import Any
 from cli.tune_budget import Budget
 from cli.tune_config import write_config
 from cli.tune_progress import Progress
+from cli.tune_rank import DEFAULTS, Choice, choose, p99_noise
 from cli.tune_space import Knobs, Load
 from config import Settings
 from harness.load import Summary, Window, Workload, run_load
-from harness.server import inferpool_serve, launch
+from harness.server import Command, inferpool_serve, launch
 
 SERVE = (sys.executable, "-m", "cli.main")  # this interpreter's InferPool, whatever is on PATH
 TRIAL_FLAGS = ("--grpc-port", "0")  # trials serve HTTP only, several servers at once
@@ -39,10 +43,6 @@ MIN_SAMPLES = 100
 TAIL_MARGIN = 1.25
 WIN_MARGIN = 0.15
 MIN_MEASURE = 1.0  # a trial with less measuring time left than this is not started
-NOISE = 0.05
-"""A setting replaces the defaults only if it beats them by more than this: less is within a
-short trial's noise on a shared machine, and the defaults need no config file."""
-DEFAULTS = "defaults"
 
 
 @dataclass
@@ -54,6 +54,8 @@ class Trial:
     met: bool = False
     summary: Summary | None = None
     startup_seconds: float | None = None
+    p99_noise_ms: float | None = None
+    """Half the spread of the p99s of consecutive parts of its answers (cli.tune_rank)."""
     served: dict[str, Any] = field(default_factory=dict)
     """What the server says it runs (GET /v2/models/{name}/config): ``auto``'s choices."""
 
@@ -69,30 +71,26 @@ class Plan:
     seconds: float
 
 
-def preference(trial: Trial, load: Load) -> tuple[int, float]:
-    """Larger is better: a trial that met the objective beats one that did not; among those that
-    met, the highest throughput (closed loop) or lowest p99 (open loop); among the rest, the
-    lowest p99 (the closest to the objective). The defaults win ties within NOISE."""
-    summary = trial.summary
-    if summary is None or summary.p99_ms is None:
-        return (-1, 0.0)
-    handicap = 1.0 if trial.name == DEFAULTS else 1 + NOISE
-    if trial.met and load.concurrency is not None:
-        return (1, summary.throughput / handicap)
-    return (1 if trial.met else 0, -summary.p99_ms * handicap)
-
-
 class Trials:
-    """Runs trials in order within the budget; ``best`` is the preferred one so far."""
+    """Runs trials in order within the budget; ``best`` is the one chosen so far."""
 
     def __init__(self, plan: Plan, budget: Budget, progress: Progress, workdir: Path) -> None:
         self.plan, self.budget, self.progress, self.workdir = plan, budget, progress, workdir
         self.done: list[Trial] = []
-        self.best: Trial | None = None
         self.startups: list[float] = []
         self.servers: dict[str, tuple[ExitStack, int]] = {}  # trial name -> (its server's stack, port)
         self.queued = 0
         """Trials waiting after the current one (set by the caller), for the ETA."""
+
+    @property
+    def choice(self) -> Choice[Trial] | None:
+        return choose(self.done, self.plan.load)
+
+    @property
+    def best(self) -> Trial | None:
+        """The winner so far, or the closest while none met the objective."""
+        choice = self.choice
+        return None if choice is None else choice.chosen
 
     def estimate(self) -> float:
         """Seconds a trial takes, start to stop: the slowest start-up seen (the defaults' when
@@ -106,11 +104,7 @@ class Trials:
             trial.status = "not run: budget"
             return False
         plan = self.plan
-        if defaults:
-            command = inferpool_serve(*plan.serve_args, *TRIAL_FLAGS, program=SERVE)
-        else:
-            config = write_config(self.workdir / f"{trial.name}.toml", plan.settings, trial.knobs)
-            command = inferpool_serve("--config", str(config), *trial.knobs.flags(), *TRIAL_FLAGS, program=SERVE)
+        command = self._command(trial)
         self.progress.update(f"{order} starting {label(trial.knobs)}", self.eta(self.estimate()))
         ready = self.budget.for_trials() - plan.warmup - MIN_MEASURE - STOP_SECONDS
         stack, started = ExitStack(), time.monotonic()
@@ -139,6 +133,14 @@ class Trials:
             self._keep_or_stop(trial, stack, server.port)
         return True
 
+    def _command(self, trial: Trial) -> Command:
+        """The defaults' serve command as given, or a config written for ``trial``'s knobs (each
+        trial's server is started from the file, so the one written for the winner served)."""
+        if trial.name == DEFAULTS:
+            return inferpool_serve(*self.plan.serve_args, *TRIAL_FLAGS, program=SERVE)
+        config = write_config(self.workdir / f"{trial.name}.toml", self.plan.settings, trial.knobs)
+        return inferpool_serve("--config", str(config), *trial.knobs.flags(), *TRIAL_FLAGS, program=SERVE)
+
     def _measure(self, trial: Trial, port: int, seconds: float, order: str) -> None:
         plan, stopped = self.plan, [""]
 
@@ -149,8 +151,9 @@ class Trials:
             self.progress.update(f"{order} {label(trial.knobs)}: {_brief(window.summary())}", eta)
             return bool(stopped[0])
 
-        summary = run_load(port, plan.workload, plan.warmup, seconds, check).summary()
-        trial.summary = summary
+        window = run_load(port, plan.workload, plan.warmup, seconds, check)
+        summary = trial.summary = window.summary()
+        trial.p99_noise_ms = p99_noise(window.latencies)
         trial.met = not stopped[0] and plan.load.met_by(summary)
         trial.status = f"stopped: {stopped[0]}" if stopped[0] else "met" if trial.met else "missed"
         self.progress.say(f"{order} {label(trial.knobs)}: {_brief(summary)} -> {trial.status}")
@@ -163,20 +166,35 @@ class Trials:
         return min(self.budget.left(), current + trials * self.estimate() + self.budget.reserve)
 
     def _keep_or_stop(self, trial: Trial, stack: ExitStack, port: int) -> None:
-        """Keep the server of the defaults and of the best trial so far; stop the others."""
-        load = self.plan.load
-        if trial.summary is not None and (self.best is None or preference(trial, load) > preference(self.best, load)):
-            previous, self.best = self.best, trial
-            if previous is not None and previous.name != DEFAULTS:
-                self.stop(previous.name)
-        if trial is self.best or trial.name == DEFAULTS:
-            self.servers[trial.name] = (stack, port)
-        else:
-            stack.close()
+        """Keep the server of the defaults and of the trial chosen so far; stop the others."""
+        self.servers[trial.name] = (stack, port)
+        best = self.best
+        for name in list(self.servers):
+            if name != DEFAULTS and (best is None or name != best.name):
+                self.stop(name)
 
     def port(self, trial: Trial) -> int | None:
         kept = self.servers.get(trial.name)
         return None if kept is None else kept[1]
+
+    def serve(self, trial: Trial, within: float) -> int | None:
+        """``trial``'s server's port: the one kept, or a new one ready within ``within`` seconds
+        (None if it is not, or ``within`` is too short to try)."""
+        port = self.port(trial)
+        if port is not None or within < MIN_MEASURE:
+            return port
+        self.progress.say(f"starting {trial.name} again for the confirmation")
+        stack = ExitStack()
+        try:
+            server = stack.enter_context(
+                launch(self._command(trial), name=f"tune-{trial.name}", ready_timeout=within,
+                       stop_timeout=STOP_TIMEOUT)
+            )  # fmt: skip
+        except (RuntimeError, TimeoutError) as exc:
+            self.progress.say(f"{trial.name} did not start again: {_first_line(exc)}")
+            return None
+        self.servers[trial.name] = (stack, server.port)
+        return server.port
 
     def stop(self, name: str) -> None:
         kept = self.servers.pop(name, None)

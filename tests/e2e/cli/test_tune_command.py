@@ -10,8 +10,8 @@ import time
 
 import pytest
 
+from cli.tune_rank import DEFAULTS, NOISE
 from cli.tune_space import Knobs
-from cli.tune_trials import DEFAULTS, NOISE
 from config import load_settings
 from harness.client import KeepAlive
 from harness.load import Workload, run_load

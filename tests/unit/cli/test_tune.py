@@ -10,8 +10,9 @@ import pytest
 from cli.tune_budget import EXIT_MARGIN, Budget, parse_duration
 from cli.tune_config import to_toml, write_config
 from cli.tune_costs import Costs, batch_sizes
+from cli.tune_rank import DEFAULTS, NOISE, choose
 from cli.tune_space import Knobs, Load, build_space, calibrate, predict
-from cli.tune_trials import DEFAULTS, NOISE, Trial, early_stop, preference
+from cli.tune_trials import Trial, early_stop
 from config import load_settings
 from harness.load import Summary, Window
 
@@ -48,20 +49,25 @@ def trial(name: str, rps: float, p99: float, load: Load = CLOSED, errors: int = 
     return Trial(name, Knobs("eager", 1, 1, 1, "inline"), summary=measured, met=load.met_by(measured))
 
 
+def chosen(trials: list[Trial], load: Load = CLOSED) -> Trial:
+    choice = choose(trials, load)
+    assert choice is not None
+    return choice.chosen
+
+
 def test_a_trial_that_missed_the_objective_is_never_chosen():
     missed_fast = trial("#1", 9000, 25.0)  # the most throughput, p99 over 20 ms
     failing = trial("#2", 8000, 5.0, errors=1)  # fast, but an error
     met = trial("#3", 2000, 19.0)
-    best = max([trial(DEFAULTS, 1000, 30.0), missed_fast, failing, met], key=lambda t: preference(t, CLOSED))
-    assert best is met
+    assert chosen([trial(DEFAULTS, 1000, 30.0), missed_fast, failing, met]) is met
     assert not missed_fast.met
     assert not failing.met
 
 
-def test_without_a_trial_that_met_the_closest_is_the_lowest_p99():
+def test_without_a_trial_that_met_the_closest_is_the_smallest_miss():
     trials = [trial(DEFAULTS, 1000, 30.0), trial("#1", 9000, 50.0), trial("#2", 500, 21.0)]
-    best = max(trials, key=lambda t: preference(t, CLOSED))
-    assert best.name == "#2"
+    best = chosen(trials)
+    assert best.name == "#2"  # 21 ms is beyond the noise of 30 ms: throughput does not enter
     assert not best.met
 
 
@@ -69,8 +75,8 @@ def test_the_defaults_win_ties_within_the_noise():
     defaults = trial(DEFAULTS, 1000, 10.0)
     within = trial("#1", 1000 * (1 + NOISE * 0.9), 10.0)
     beyond = trial("#2", 1000 * (1 + NOISE * 1.1), 10.0)
-    assert preference(defaults, CLOSED) > preference(within, CLOSED)
-    assert preference(beyond, CLOSED) > preference(defaults, CLOSED)
+    assert chosen([within, defaults]) is defaults
+    assert chosen([defaults, beyond]) is beyond
 
 
 def test_open_loop_prefers_the_lowest_p99_that_keeps_up():
@@ -79,7 +85,7 @@ def test_open_loop_prefers_the_lowest_p99_that_keeps_up():
     slow = trial("#2", 1000, 15.0, load)
     quick = trial("#3", 1000, 5.0, load)
     assert not behind.met
-    assert max([behind, slow, quick], key=lambda t: preference(t, load)) is quick
+    assert chosen([behind, slow, quick], load) is quick
 
 
 def window(latencies_ms: list[float], seconds: float, errors: int = 0) -> Window:
