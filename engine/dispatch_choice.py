@@ -6,8 +6,9 @@ then can the event loop (HTTP, JSON, validation: hundreds of µs of GIL per requ
 docs/BENCHMARKS.md) run beside it.
 The GIL-holding part runs no faster on a worker and contends with the loop on every release
 and re-acquire. So the choice needs three figures: the call's time, the share of it that holds
-the GIL, and what one hand-off to a worker and back costs. ``decide`` measures them (~0.35 s)
-and ``choose_dispatch`` applies ``RULES``, a pure function the tests drive with made-up figures.
+the GIL, and what one hand-off to a worker and back costs. ``decide`` measures them (a fraction
+of a second at start-up) and ``choose_dispatch`` applies ``RULES``, a pure function the tests
+drive with made-up figures.
 """
 
 from __future__ import annotations

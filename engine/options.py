@@ -74,7 +74,7 @@ class RuntimeOptions:
     """Where inference runs: ``threads`` (worker threads; the event loop stays responsive),
     ``inline`` (on the event loop: no hand-off cost; a slow call delays every other request),
     or ``auto`` (the default): at startup, measure the chosen backend's call, the share of it
-    that holds the GIL and what a hand-off to a worker thread costs (~0.3 s), and run inline
+    that holds the GIL and what a hand-off to a worker thread costs (a fraction of a second), and run inline
     unless the call releases the GIL for longer than a hand-off costs (with 2+ usable CPUs) or
     is so long that it would stall the event loop (engine/dispatch_choice.py; the figures are
     logged and served at ``/v2/models/{name}/config``). Batching always uses its own threads."""

@@ -1,6 +1,8 @@
 """Optional API-key auth: ``Authorization: Bearer <key>`` or ``X-API-Key: <key>``.
 
-A pure ASGI middleware in front of every route except the exempt ones (health and metrics
+``ApiKey`` is the rule, the one both front ends apply (HTTP headers here, gRPC metadata in
+service/grpc_v2/servicer.py), so that they can never disagree on which key opens what. Over HTTP
+it is a pure ASGI middleware in front of every route except the exempt ones (health and metrics
 by default, so probes and scrapers need no secret). Keys are compared in constant time.
 """
 
@@ -15,22 +17,59 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.errors import error_response
 from service.metrics import Metrics
+from service.middleware import Pairs
 
 DOCS = frozenset({"/docs", "/docs/oauth2-redirect", "/openapi.json"})
+# Either spelling: ASGI header names are bytes, gRPC metadata keys str (both lower case).
+AUTHORIZATION = (b"authorization", "authorization")
+X_API_KEY = (b"x-api-key", "x-api-key")
+BEARER = b"bearer "
+
+
+class ApiKey:
+    """Who may call what: a path in ``exempt`` needs nothing, any other the key, sent as
+    ``authorization: Bearer <key>`` or ``x-api-key: <key>``."""
+
+    def __init__(self, key: str, exempt: Iterable[str]) -> None:
+        self.key = key.encode()
+        # The docs page and its spec hold no secret (routes, model names and shapes), and a browser
+        # cannot send a key to load them; the page's Authorize button then sends the key with the
+        # calls it makes (the spec declares the schemes: service/openapi.py).
+        self.exempt = frozenset(exempt) | DOCS
+
+    def admits(self, path: str | None, pairs: Pairs) -> bool:
+        """Whether a call for ``path`` (None: one with no exempt twin) carrying these headers
+        or metadata may go ahead."""
+        # compare_digest: the time taken must not tell a caller how much of its guess was right.
+        return path in self.exempt or hmac.compare_digest(presented_key(pairs), self.key)
+
+
+def presented_key(pairs: Pairs) -> bytes:
+    """The key a call carries (the last one sent; b"" for none). An ``authorization`` header
+    of another scheme is no key."""
+    given = b""
+    for name, value in pairs:
+        if name in AUTHORIZATION:
+            raw = _bytes(value)
+            if raw[: len(BEARER)].lower() == BEARER:
+                given = raw[len(BEARER) :].strip()
+        elif name in X_API_KEY:
+            given = _bytes(value).strip()
+    return given
+
+
+def _bytes(value: str | bytes) -> bytes:
+    return value.encode() if isinstance(value, str) else value  # UTF-8, as the configured key
 
 
 class ApiKeyAuth:
     def __init__(self, app: ASGIApp, key: str, exempt: frozenset[str], metrics: Metrics) -> None:
         self.app = app
-        self.key = key.encode()
-        # The docs page and its spec hold no secret (routes, model names and shapes), and a browser
-        # cannot send a key to load them; the page's Authorize button then sends the key with the
-        # calls it makes (the spec declares the schemes: service/openapi.py).
-        self.exempt = exempt | DOCS
+        self.rule = ApiKey(key, exempt)
         self.metrics = metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in self.exempt or self._authorised(scope):
+        if scope["type"] != "http" or self.rule.admits(scope["path"], scope["headers"]):
             await self.app(scope, receive, send)
             return
         self.metrics.observe_error("auth")
@@ -41,15 +80,6 @@ class ApiKeyAuth:
             {"WWW-Authenticate": "Bearer"},
         )
         await response(scope, receive, send)
-
-    def _authorised(self, scope: Scope) -> bool:
-        given = b""
-        for name, value in scope["headers"]:
-            if name == b"authorization" and value[:7].lower() == b"bearer ":
-                given = value[7:].strip()
-            elif name == b"x-api-key":
-                given = value.strip()
-        return hmac.compare_digest(given, self.key)
 
 
 def _label_route(scope: Scope) -> None:

@@ -11,7 +11,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
@@ -19,6 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from engine import DeadlineExceeded, EngineError, InvalidInput, ModelFailed, ModelLoadError, NotReady, Overloaded
 from service.apierror import ApiError
+from service.apierror import error_body as error_body  # re-exported: the ASGI writers import it from here
 from service.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -52,10 +52,6 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     503: documented_error("Not ready, or too many requests are queued (see Retry-After)."),
     504: documented_error("The request's deadline passed (the v2 'timeout' parameter or request_timeout_ms)."),
 }
-
-
-def error_body(message: str, **extra: Any) -> bytes:
-    return orjson.dumps({"error": message} | {k: v for k, v in extra.items() if v is not None})
 
 
 def error_response(status: int, message: str, headers: Mapping[str, str] | None = None, **extra: Any) -> Response:

@@ -7,8 +7,8 @@ Load shedding: the engine's admission control only sees a request once its body 
 and decoded. When the event loop itself is the bottleneck (a model so fast that parsing,
 routing and encoding cost more than inference: the digits CNN), requests pile up *before* that
 point, each one a task the loop must advance, and every request's latency grows with the pile
-while the engine's queue looks empty (at 1.5x capacity: 0 refusals from the engine, 9,095 504s,
-admitted requests answered 140 ms after being sent against a 100 ms deadline). So the outermost
+while the engine's queue looks empty: under overload it refused next to nothing while most
+admitted answers missed their deadline (docs/BENCHMARKS.md, "Overload"). So the outermost
 layer also bounds the requests inside the process to what the models hold (runtimes + max_queue
 each), and answers the rest at once with a prebuilt 503: no routing, no body read.
 """
@@ -18,15 +18,19 @@ from __future__ import annotations
 import itertools
 import os
 import time
+from collections.abc import Iterable, Iterator
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from engine.requests import request_id
+from service.apierror import error_body
 from service.metrics import Metrics
 
 STARTED = "inferpool.started"  # scope keys the /predict route reads and writes
 INFERENCE = "inferpool.inference"
 MAX_REQUEST_ID = 128
+# Either spelling: ASGI header names are bytes, gRPC metadata keys str (both lower case).
+REQUEST_ID = (b"x-request-id", "x-request-id")
 CLIENT_CLOSED = 499  # as nginx logs a request whose client left before it was answered
 NEVER_SHED = ("/health", "/v2/health", "/metrics")  # probes and scrapes must answer under overload
 # One counter per process: the hot routes run their own instance of this middleware
@@ -37,6 +41,8 @@ SHED_RESPONSE_HEADERS = [
     (b"retry-after", b"1"),
 ]
 CLOSE = (b"connection", b"close")
+Pairs = Iterable[tuple[str | bytes, str | bytes]]
+"""A call's HTTP headers (an ASGI scope's) or gRPC metadata: what both front ends read."""
 
 
 class Activity:
@@ -57,13 +63,12 @@ class Activity:
         """A model is ready: it holds ``capacity`` requests (runtimes + its queue).
 
         The door counts every request inside the process, not only those in the engine: under
-        a load the event loop cannot keep up with, the pile-up is in front of the engine.
-        Variants measured (digits CNN, 1 core, open loop at 1.5x / 3x capacity, 100 ms
-        deadline): this one, admitted p50 61 / 86 ms and 56 / 74 504s; a door at twice the
-        capacity, 116 / 137 ms; a door counting only requests outside the engine (so up to
-        twice the capacity inside), 118 / 157 ms and 8,856 / 19,005 504s. Its cost: clients
-        right at the capacity can be refused (wrk's 64 connections against 66 saw a few
-        percent shed; raise ``max_queue`` for such fleets)."""
+        a load the event loop cannot keep up with, the pile-up is in front of the engine. Of
+        the variants measured (also a door at twice the capacity, and one counting only the
+        requests outside the engine, so up to twice the capacity inside), this one answered
+        admitted requests soonest and missed the fewest deadlines (docs/BENCHMARKS.md, "Figures
+        moved from the code"). Its cost: clients right at the capacity can be refused (raise
+        ``max_queue`` for such fleets)."""
         self.limit = (self.limit or 0) + capacity
 
 
@@ -71,8 +76,7 @@ class RequestContext:
     def __init__(self, app: ASGIApp, metrics: Metrics, activity: Activity) -> None:
         self.app = app
         self.metrics = metrics
-        # Cheaper than a uuid4 per request and still unique across processes and restarts.
-        self._ids = (f"{os.getpid():x}-{int(time.time()):x}-{n}" for n in _SERIAL)
+        self._ids = request_ids(_SERIAL)
         self.activity = activity
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -80,7 +84,7 @@ class RequestContext:
             await self.app(scope, receive, send)
             return
         started = scope[STARTED] = time.perf_counter()
-        rid = _client_request_id(scope) or next(self._ids)
+        rid = client_request_id(scope["headers"]) or next(self._ids)
         limit = self.activity.limit
         path = scope["path"]
         if limit is not None and self.activity.active >= limit and not _never_shed(path):
@@ -132,7 +136,7 @@ class RequestContext:
 
     @staticmethod
     async def _shed(send: Send, rid: str, limit: int, closing: bool) -> None:
-        body = b'{"error":"overloaded: %d requests are already in progress; retry later"}' % limit
+        body = error_body(f"overloaded: {limit} requests are already in progress; retry later")
         headers = [*SHED_RESPONSE_HEADERS, (b"content-length", b"%d" % len(body)), (b"x-request-id", rid.encode())]
         if closing:
             headers.append(CLOSE)
@@ -144,10 +148,20 @@ def _never_shed(path: str) -> bool:
     return path.startswith(NEVER_SHED) or path.endswith("/ready")  # v2's per-model readiness too
 
 
-def _client_request_id(scope: Scope) -> str | None:
-    for name, value in scope["headers"]:
-        if name == b"x-request-id":
-            text = value.decode("latin-1")
+def client_request_id(pairs: Pairs) -> str | None:
+    """The caller's own ``x-request-id``, from HTTP headers or gRPC metadata; None when it
+    sent none or one unfit to echo (see MAX_REQUEST_ID)."""
+    for name, value in pairs:
+        if name in REQUEST_ID:
+            text = value if isinstance(value, str) else value.decode("latin-1")
             # Echoed into logs and headers: keep it short and printable.
             return text if 0 < len(text) <= MAX_REQUEST_ID and text.isprintable() else None
     return None
+
+
+def request_ids(serial: Iterator[int], tag: str = "") -> Iterator[str]:
+    """Generated request ids: unique across processes and restarts (the process id and the time
+    this is called, then ``serial``) and cheaper than a uuid4 per request. Call it in the
+    serving process (after the fork); ``tag`` keeps generators on separate serials apart."""
+    prefix = f"{os.getpid():x}-{tag}{int(time.time()):x}-"  # once: per id it would cost more than the serial
+    return (prefix + str(n) for n in serial)

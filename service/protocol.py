@@ -18,26 +18,22 @@ a task forever. Here:
 from __future__ import annotations
 
 import asyncio
+from http import HTTPStatus
 
-import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-
-def _answer(status: bytes, message: str, retry_after: bool) -> bytes:
-    body = orjson.dumps({"error": message})
-    extra = b"retry-after: 1\r\n" if retry_after else b""
-    return (b"HTTP/1.1 %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n%sconnection: close\r\n\r\n%s"
-            % (status, len(body), extra, body))  # fmt: skip
+from service.apierror import closing_error
 
 
 def guarded_protocol(read_timeout: float, max_connections: int) -> type[asyncio.Protocol]:
-    timed_out = _answer(b"408 Request Timeout", f"the request did not arrive within {read_timeout:g}s", False)
-    full = _answer(b"503 Service Unavailable", f"over {max_connections} open connections; retry later", True)
-    malformed = _answer(
-        b"400 Bad Request",
+    timed_out = closing_error(HTTPStatus.REQUEST_TIMEOUT, f"the request did not arrive within {read_timeout:g}s")
+    full = closing_error(
+        HTTPStatus.SERVICE_UNAVAILABLE, f"over {max_connections} open connections; retry later", retry_after=True
+    )
+    malformed = closing_error(
+        HTTPStatus.BAD_REQUEST,
         "malformed HTTP request: the request line or a header (such as Content-Length: ASCII digits only) "
         "could not be parsed",
-        False,
     )
 
     class GuardedHttpTools(HttpToolsProtocol):

@@ -1,8 +1,8 @@
 """Answering with raw ASGI messages, for the hot routes (service/fastpath.py).
 
 Starlette's ``Request``/``Response`` objects, FastAPI's dependency solving and the exception
-middlewares' round trips are each a few microseconds a request; on a model that answers in
-~30 µs they add up to more than the model. The hot routes build their two send messages
+middlewares' round trips are each a few microseconds a request; on a small model they add up
+to more than the model (docs/BENCHMARKS.md). The hot routes build their two send messages
 themselves, and turn errors into answers in place, from the one table in service/errors.py.
 """
 

@@ -5,7 +5,8 @@ Two moments have a bound socket and nobody to serve it: while the supervisor loa
 after the last serving process has drained (connections still in the backlog would be reset
 when the socket closes, though their clients may already have sent a request). Both get a real
 HTTP answer from the standard library's server: 200 for liveness while loading, otherwise a
-503 with ``Retry-After`` and ``Connection: close``, in the JSON shape the routes use.
+503 with ``Retry-After``, always with ``Connection: close``, in the JSON shape the routes use,
+written by the writer the connection guard uses (service/apierror.py's ``closing_head``).
 """
 
 from __future__ import annotations
@@ -16,9 +17,12 @@ import socket
 import socketserver
 import threading
 import time
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
 
 import orjson
+
+from service.apierror import closing_head, error_body
 
 log = logging.getLogger(__name__)
 MAX_DISCARD = 64 << 20  # request bodies read and dropped, so that closing does not reset
@@ -42,19 +46,16 @@ class _Answer(BaseHTTPRequestHandler):
             length -= len(chunk)
         path, state = self.path.split("?")[0], self.server.state
         live = path in LIVENESS and state == "loading"
-        status = 200 if live else 503
-        error = None if live else f"model is not ready ({state})"
+        status = HTTPStatus.OK if live else HTTPStatus.SERVICE_UNAVAILABLE
+        error = f"model is not ready ({state})"
         # The shapes the routes answer: health probes say the status, other routes the error.
-        body = orjson.dumps({"status": state, "error": error} if path.endswith(HEALTH) else {"error": error})
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        if status == 503:
-            self.send_header("Retry-After", "1")
-        self.send_header("Connection", "close")
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
+        if path.endswith(HEALTH):
+            body = orjson.dumps({"status": state, "error": None if live else error})
+        else:
+            body = error_body(error)
+        head = closing_head(status, len(body), retry_after=not live)
+        self.wfile.write(head if self.command == "HEAD" else head + body)
+        self.log_request(status)
         self.close_connection = True
 
     do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _answer

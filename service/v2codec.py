@@ -31,8 +31,8 @@ DATATYPES = {
     "FP16": "float16", "FP32": "float32", "FP64": "float64",
 }  # fmt: skip
 V2_TYPES = {numpy: v2 for v2, numpy in DATATYPES.items()} | {"object": "BYTES"}
-# Looked up by dtype object, never by ``dtype.name``: numpy builds that string in Python, ~3 µs
-# a call, which made encoding a two-output response 10x the cost of /predict's (11 vs 1.1 µs).
+# Looked up by dtype object, never by ``dtype.name``: numpy builds that string in Python on every
+# call, which made encoding a two-output response cost several times /predict's.
 _V2_OF_DTYPE = {np.dtype(numpy): v2 for numpy, v2 in V2_TYPES.items()}
 LITTLE = {v2: np.dtype(numpy).newbyteorder("<") for v2, numpy in DATATYPES.items()}
 # The kinds of JSON data (as numpy infers them) each datatype's kind takes: JSON numbers widen

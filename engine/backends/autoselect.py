@@ -14,15 +14,16 @@ Score, in microseconds (lower is better): for a model without a batch dimension,
 time of a call on the example inputs. A batched model is also timed at batch 1 and at a batch
 of N: with batching on, N = ``max_batch_size``, the batch it forms under load, and the score
 is the median time per sample at N, because the batch a backend serves decides its throughput
-(MiniLM at batch 16 ran faster on eager, at batch 1 2.4x faster on onnxruntime; a mean of the
-two would choose onnxruntime for batch-16 serving). Without batching, N = 8 stands for the
-batched requests clients may send, and the score is the geometric mean of the batch-1 time
-and the time per sample at N: latency and throughput count alike in ratios (2x faster at one
-and 2x slower at the other ties), whatever their absolute sizes.
+(a model can be faster on one backend at batch 1 and on another at its serving batch, as
+MiniLM is: a mean of the two would choose the wrong one for batched serving). Without
+batching, N = 8 stands for the batched requests clients may send, and the score is the
+geometric mean of the batch-1 time and the time per sample at N: latency and throughput count
+alike in ratios (twice as fast at one and twice as slow at the other ties), whatever their
+absolute sizes.
 
-Time spent: every candidate's compile (the bulk: onnxruntime's export ~1-3 s, static's ~0.5 s;
-AOTInductor takes tens of seconds on a first compile, which is why it is timed only when
-listed) plus about ROUNDS x ROUND_SECONDS per batch size per candidate of timing.
+Time spent: every candidate's compile (the bulk; AOTInductor's first compile is so long that
+it is timed only when listed) plus about ROUNDS x ROUND_SECONDS per batch size per candidate of
+timing. Figures: docs/BENCHMARKS.md, "Figures moved from the code".
 """
 
 from __future__ import annotations
@@ -50,9 +51,9 @@ log = logging.getLogger(__name__)
 AUTO = "auto"
 ROUNDS = 5
 ROUND_SECONDS = 0.01
-"""Time per candidate, batch size and round: 50-500 calls of the built-in models, a stable
-median; 5 rounds x 2 batch sizes x 3 default candidates = 0.3 s of a startup. The quick
-candidates' scores differ by 1.6-4x on the built-in models, far beyond a round's noise."""
+"""Time per candidate, batch size and round: enough calls of the built-in models for a stable
+median while all the rounds (ROUNDS x 2 batch sizes x the candidates) stay a small part of a
+startup; the quick candidates' scores differ on the built-in models far beyond a round's noise."""
 MAX_CALLS = 200
 UNBATCHED_N = 8
 """The batch timed beside batch 1 when batching is off: requests that carry several samples."""

@@ -1,6 +1,6 @@
 """Export a model to ONNX once, cached by content hash (engine.compile_cache), so that a restart
-loads the file instead of exporting again (the export is most of onnxruntime's start: ~7 s of
-MiniLM's, against ~0.2 s to build a session from the file).
+loads the file instead of exporting again (the export is most of onnxruntime's start; building
+a session from the file is a small part of it).
 
 The cache key covers what defines the model without exporting it (its module classes' source,
 its weights and buffers, its schema; see ``source_key``), the exporter's options, the versions
@@ -11,10 +11,11 @@ also written into the file's metadata, so that a file renamed or copied under an
 noticed, not served.
 
 The weights go into a second file beside it (``<file>.<hash>.data``, ONNX external data, each tensor at
-a page boundary), which onnxruntime maps instead of copying: a session on MiniLM built from one
-self-contained file held 110 MB and peaked at 142 MB over the library while it parsed the
-protobuf; from external data 53 MB, with no peak (only the packed matrices are copied; what the
-graph reads row by row, as the embedding table, stays on disk until read).
+a page boundary), which onnxruntime maps instead of copying: a session built from one
+self-contained file holds the weights twice over while the library parses the protobuf, and
+more after it; from external data it holds less, with no peak (only the packed matrices are
+copied; what the graph reads row by row, as the embedding table, stays on disk until read).
+Figures: docs/BENCHMARKS.md, "Figures moved from the code".
 """
 
 from __future__ import annotations
@@ -126,7 +127,7 @@ def _export_example(spec: TensorSpec, example: Array) -> torch.Tensor:
 
 def export_program(module: InferenceModule) -> torch.export.ExportedProgram:
     """``torch.export`` with every schema dimension marked None dynamic: the key's graph and
-    the exporter's input (2-3 s on MiniLM, the bulk of a warm start)."""
+    the exporter's input (slow: the bulk of a warm start that needs it)."""
     schema = module.schema
     examples = tuple(_export_example(s, module.example_inputs[s.name]) for s in schema.inputs)
     dynamic = tuple(
@@ -163,8 +164,9 @@ def _class_source(kind: type) -> str:
 def source_key(module: InferenceModule) -> str | None:
     """The key from what defines the model without exporting it: the source of every module
     class in it (or the generated code of a graph module), its weights and buffers, its schema,
-    the exporter and the versions. ``torch.export`` alone takes 2-3 s and 60-90 MB on MiniLM,
-    so a warm start that needed the graph for its key could never be quick. What this key cannot
+    the exporter and the versions. ``torch.export`` alone costs seconds and a lot of memory on
+    a model the size of MiniLM (docs/BENCHMARKS.md, issue 22), so a warm start that needed the
+    graph for its key could never be quick. What this key cannot
     see (a helper function the forward calls, changed in place) the parity check against eager,
     run on every start, catches on the example inputs. None when some class's source is not
     available (then the exported graph is the key)."""

@@ -3,10 +3,11 @@
 Weights loaded memory-mapped (safetensors through transformers, ``torch.load(mmap=True)``) are
 resident only where something has read them; eager inference reads few rows of an embedding
 table, but hashing them for a cache key reads every byte, and each page it touches then counts
-in the process's RSS for as long as the mapping lives (+56 MiB on MiniLM, whose 30522-token
-table is 45 MiB). So a tensor that is a plain run of bytes in a file mapping, none of its pages
-modified in memory (``/proc/self/pagemap``: no page private, none swapped), is hashed from the
-file with ``pread``: the same bytes, through the page cache, which counts in no one's RSS.
+in the process's RSS for as long as the mapping lives (most of MiniLM's token table: figures
+in docs/BENCHMARKS.md, "Weights once (issue 22)"). So a tensor that is a plain run of bytes in
+a file mapping, none of its pages modified in memory (``/proc/self/pagemap``: no page private,
+none swapped), is hashed from the file with ``pread``: the same bytes, through the page cache,
+which counts in no one's RSS.
 Anything else is hashed in memory, as ``engine.compile_cache.named_value_parts`` does; the key
 is the same either way (``content_key``'s encoding, a file part read in chunks).
 """

@@ -1,7 +1,8 @@
 """The torch weights of a model another backend serves, moved out of memory into a mapped file.
 
 Once an artifact that holds its own weights (an onnxruntime session) is built and checked, the
-torch module's parameters and buffers are only a second copy: +86 MiB on MiniLM. They cannot
+torch module's parameters and buffers are only a second copy (docs/BENCHMARKS.md, "Weights once
+(issue 22)"). They cannot
 simply be dropped, since the module still answers for what the process may need later (the
 eager reference of a parity check, ``auto``'s candidates, a test that shares the module), so
 they are re-pointed at a copy of themselves in the compile cache, memory-mapped copy-on-write

@@ -19,6 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
 from config import Settings
+from service.auth import ApiKey
 from service.grpc_v2.servicer import SERVICE, Servicer
 from service.host import ModelHost
 from service.metrics import Metrics
@@ -33,21 +34,14 @@ SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
-# The v2 methods reachable without the API key when their REST twins are (auth_exempt). The
-# standard health service never asks for it: probes carry no secret.
-EXEMPT_WITH = {"ServerLive": "/v2/health/live", "ServerReady": "/v2/health/ready"}
-
-
 def address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def front_end(settings: Settings, host: ModelHost, metrics: Metrics, activity: Activity, version: str) -> GrpcFrontEnd:
-    key = settings.api_key.get_secret_value() if settings.api_key is not None else None
-    exempt = frozenset(rpc for rpc, path in EXEMPT_WITH.items() if path in settings.auth_exempt)
-    servicer = Servicer(
-        host, metrics, activity, version=version, api_key=key, exempt=exempt, timeout_ms=settings.request_timeout_ms
-    )
+    key = settings.api_key
+    auth = None if key is None else ApiKey(key.get_secret_value(), settings.auth_exempt)
+    servicer = Servicer(host, metrics, activity, version=version, auth=auth, timeout_ms=settings.request_timeout_ms)
     return GrpcFrontEnd(servicer, host, address(settings.host, settings.grpc_port), settings.max_body_bytes)
 
 

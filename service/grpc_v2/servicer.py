@@ -1,19 +1,18 @@
 """The v2 gRPC methods, on the same host, engine client, door and error table as REST.
 
-Each method is wrapped once (``Servicer.handler``): the API key is checked, the call is timed
-and counted by method and status code, and any error becomes its gRPC status at that one place
-(service/grpc_v2/status.py). ModelInfer comes in through the door HTTP requests use (the
-``Activity`` count, so shedding and the drain see both front ends), takes its deadline from the
-gRPC deadline or the v2 "timeout" parameter, and reports its phases like the REST route.
+Each method is wrapped once (``Servicer.handler``): the API key is checked (by the rule HTTP
+applies: service/auth.py), the call is timed and counted by method and status code, and any
+error becomes its gRPC status at that one place (service/grpc_v2/status.py). ModelInfer comes
+in through the door HTTP requests use (the ``Activity`` count, so shedding and the drain see
+both front ends), takes its deadline from the gRPC deadline or the v2 "timeout" parameter, and
+reports its phases like the REST route.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import itertools
 import logging
-import os
 import time
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
@@ -23,13 +22,14 @@ import grpc
 
 from engine import NotReady, Overloaded
 from engine.requests import request_id
+from service.auth import ApiKey
 from service.errors import ErrorAnswer, answer_for
 from service.grpc_v2 import inference_pb2 as pb
 from service.grpc_v2 import tensors
 from service.grpc_v2.status import code_of, status_of
 from service.host import ModelHost
 from service.metrics import Inference, Metrics
-from service.middleware import MAX_REQUEST_ID, Activity
+from service.middleware import Activity, client_request_id, request_ids
 from service.routes.v2 import ExpectedInputs, find_model
 from service.timing import deadline
 from service.v2codec import metadata
@@ -42,25 +42,24 @@ _inference: ContextVar[Inference | None] = ContextVar("grpc_inference", default=
 UNAUTHENTICATED = ErrorAnswer(
     401, "missing or wrong API key: send metadata 'authorization: Bearer <key>' or 'x-api-key'"
 )
+# The REST twins of the methods that can be exempt from the API key: a method is exempt when
+# its twin is (auth_exempt). The standard health service never asks for it: probes carry no secret.
+REST_TWIN = {"ServerLive": "/v2/health/live", "ServerReady": "/v2/health/ready"}
 
 
 class Servicer:
     def __init__(
-        self, host: ModelHost, metrics: Metrics, activity: Activity, *, version: str, api_key: str | None,
-        exempt: frozenset[str], timeout_ms: float,
+        self, host: ModelHost, metrics: Metrics, activity: Activity, *, version: str, auth: ApiKey | None,
+        timeout_ms: float,
     ) -> None:  # fmt: skip
         self.host = host
         self.metrics = metrics
         self.activity = activity
         self.version = version
-        self.key = None if api_key is None else api_key.encode()
-        self.exempt = exempt
+        self.auth = auth
         self.timeout_ms = timeout_ms
         self.expected = ExpectedInputs()
-        # Unique across processes and restarts (as HTTP's), the prefix made once: built per call,
-        # its getpid and time calls cost more than the counter.
-        prefix = f"{os.getpid():x}-g{int(time.time()):x}-"
-        self._ids = (prefix + str(n) for n in itertools.count())
+        self._ids = request_ids(itertools.count(), tag="g")  # "g": HTTP's ids count on their own serial
 
     def handlers(self) -> grpc.GenericRpcHandler:
         methods: dict[str, tuple[Method, Any, Any]] = {
@@ -85,13 +84,13 @@ class Servicer:
 
     def handler(self, name: str, method: Method) -> Method:
         """``method`` behind the key check, the metrics and the error boundary."""
-        exempt = name in self.exempt
+        auth, path = self.auth, REST_TWIN.get(name)
 
         async def handle(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             started = time.perf_counter()
             code = "OK"
             try:
-                if not exempt and self.key is not None and not self._authorised(context):
+                if auth is not None and not auth.admits(path, context.invocation_metadata() or ()):
                     self.metrics.observe_error("auth")
                     raise _Refused(UNAUTHENTICATED)
                 return await method(request, context)
@@ -114,17 +113,6 @@ class Servicer:
 
         return handle
 
-    def _authorised(self, context: grpc.aio.ServicerContext[Any, Any]) -> bool:
-        given = b""
-        for key, value in context.invocation_metadata() or ():
-            text = value if isinstance(value, str) else value.decode("latin-1")
-            if key == "authorization" and text[:7].lower() == "bearer ":
-                given = text[7:].strip().encode()
-            elif key == "x-api-key":
-                given = text.strip().encode()
-        assert self.key is not None
-        return hmac.compare_digest(given, self.key)
-
     async def server_live(self, request: pb.ServerLiveRequest, context: Any) -> pb.ServerLiveResponse:
         return pb.ServerLiveResponse(live=self.host.status != "failed")
 
@@ -132,11 +120,12 @@ class Servicer:
         return pb.ServerReadyResponse(ready=self.host.status == "ready")
 
     async def model_ready(self, request: pb.ModelReadyRequest, context: Any) -> pb.ModelReadyResponse:
+        # As REST's /v2/models/{name}[/versions/{v}]/ready: an unknown model is NOT_FOUND.
         try:
-            find_model(self.host, request.name, request.version or None)
+            model = find_model(self.host, request.name, request.version or None)
         except NotReady:
             return pb.ModelReadyResponse(ready=False)
-        return pb.ModelReadyResponse(ready=True)
+        return pb.ModelReadyResponse(ready=self.host.ready(model))
 
     async def server_metadata(self, request: pb.ServerMetadataRequest, context: Any) -> pb.ServerMetadataResponse:
         return pb.ServerMetadataResponse(name="inferpool", version=self.version)
@@ -164,7 +153,7 @@ class Servicer:
 
     async def _infer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
         received = time.perf_counter()
-        rid = _request_id(context) or request.id or next(self._ids)
+        rid = client_request_id(context.invocation_metadata() or ()) or request.id or next(self._ids)
         request_id.set(rid)
         context.set_trailing_metadata((("x-request-id", rid),))
         model = find_model(self.host, request.model_name, request.model_version or None)
@@ -198,15 +187,3 @@ class _Refused(Exception):
     def __init__(self, answer: ErrorAnswer) -> None:
         super().__init__(answer.message)
         self.answer = answer
-
-
-def _request_id(context: Any) -> str | None:
-    for key, value in context.invocation_metadata() or ():
-        if (
-            key == "x-request-id"
-            and isinstance(value, str)
-            and 0 < len(value) <= MAX_REQUEST_ID
-            and value.isprintable()
-        ):
-            return value
-    return None
