@@ -8,15 +8,15 @@
 # Build args:
 #   TORCH_INDEX_URL  where pip takes torch from; the default is PyTorch's CPU wheel index, so
 #                    no CUDA build (GBs of nvidia-* wheels) ever enters the image. An empty
-#                    value uses pip's own configuration (tests/deploy runs the steps that way,
+#                    value uses pip's own configuration (tests/e2e/deploy runs the steps that way,
 #                    with torch from a local wheel directory).
-#   TORCH_VERSION    must equal the torch pin in pyproject.toml (tests/deploy checks it).
+#   TORCH_VERSION    must equal the torch pin in pyproject.toml (tests/unit/deploy checks it).
 #
 # Models: the built-in digits model is in the image. Serve your own one by mounting it
 # (docker run -v "$PWD/models:/models:ro" -e INFERPOOL_MODEL=/models/model.pt2 ...) or by
 # baking it into a derived image; see docs/deploy.md.
 #
-# Every path below goes through VIRTUAL_ENV or APP_HOME so that tests/deploy can replay the
+# Every path below goes through VIRTUAL_ENV or APP_HOME so that tests/e2e/deploy can replay the
 # install and start steps in a temporary directory on a machine without a Docker engine.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm

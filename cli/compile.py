@@ -24,6 +24,7 @@ from cli.argv import config_argument, planned, settings_from_argv
 from engine import ConfigError, ModelLoadError
 from engine.compile_cache import cache_dir
 from engine.options import AUTO_CANDIDATES, RuntimeOptions
+from engine.sources import required_backend
 from engine.threads import apply_loading_plan
 from service.host import plans
 
@@ -90,6 +91,9 @@ def compile_main(argv: list[str]) -> int:
     prepared: set[str] = set()
     for model in models:
         kinds = tuple(args.prepare or artifacts(model.options))
+        if required_backend(model.source) is not None:  # an ONNX file: no torch module to compile
+            progress(f"{model.source}: nothing to prepare, it is served as it is")
+            continue
         if not kinds:
             progress(f"{model.source}: its backends read nothing from the cache; name one with --prepare")
         try:

@@ -42,7 +42,7 @@ def check_source(value: str) -> str:
     elif ":" not in value:
         raise ValueError(
             f"model {value!r} must be 'package.module:function' or a path ending in .pt2 "
-            "(or .ts for a legacy TorchScript archive)"
+            "(or .ts for a legacy TorchScript archive, .onnx for an ONNX model)"
         )
     return value
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import statistics
-import threading
 import time
 from collections.abc import Awaitable, Mapping
 from dataclasses import replace
@@ -32,10 +31,11 @@ from engine.handlers import Handler, load_handler
 from engine.module import InferenceModule
 from engine.options import RuntimeOptions
 from engine.pipeline import Pipeline
-from engine.pool import Lease, RuntimePool
+from engine.pool import RuntimePool
 from engine.requests import Prediction, Work
+from engine.runtime_set import RuntimeSet
 from engine.schema import Array, Schema, positional
-from engine.sources import load_model
+from engine.sources import load_model, serving_options
 from engine.threads import ThreadPlan, apply_thread_plan, init_worker_thread, plan_threads
 
 log = logging.getLogger(__name__)
@@ -65,14 +65,7 @@ class ServedModel:
         self.max_queue = max_queue
         self.capacity = plan.runtimes + max_queue
         """Requests admitted at once (running + queued); more are refused with Overloaded."""
-        # Kept to build replacements for runtimes that fail (see _run): same module, same artifact.
-        self._backend, self._compiled = backend, compiled
-        self._counts = threading.Lock()  # failure paths only
-        self.replaced_runtimes = 0
-        """Runtimes replaced by a fresh one after the model raised on them, for metrics."""
-        self.failed_replacements = 0
-        """Replacements that could not be built or warmed (the old runtime stayed), for metrics."""
-        self.pool: RuntimePool[Runtime] = self._warm_pool()
+        self.runtimes = RuntimeSet(module.name, backend, compiled, module, options, plan.runtimes)
         self.service_times = ServiceTimes()
         self._seed_service_times()
         self.admission = Admission(self.service_times, plan.runtimes, options.max_batch_size)
@@ -103,29 +96,34 @@ class ServedModel:
         (``load`` applied it already when the model is started in the process that loaded it)."""
         if forked:
             apply_thread_plan(self.plan)
-            if self.plan.intra_op_threads > 1 and self._backend.threaded_artifact:
-                self._rebuild_artifact()
+            if self.plan.intra_op_threads > 1 and self.runtimes.backend.threaded_artifact:
+                # The shared artifact's intra-op threads stayed in the parent (measured on an ORT
+                # session: a forked child's runs stay correct but use one thread), so this process
+                # builds its own, at the cost of its own copy of the weights.
+                self.runtimes.rebuild_artifact()
+                log.info("model %r: built this process's own %s artifact for %d intra-op threads",
+                         self.name, self.selection.name, self.plan.intra_op_threads)  # fmt: skip
         self.executor = EXECUTORS[self.dispatch_mode](self.pipeline, self._executor_config())
         self.accepting = True
 
-    def _rebuild_artifact(self) -> None:
-        """The shared artifact's intra-op threads stayed in the parent (measured on an ORT
-        session: a forked child's runs stay correct but use one thread), so this process builds
-        its own and its runtimes on it, at the cost of its own copy of the weights."""
-        self._compiled = self._backend.compile(self.module, self.options)
-        self.pool = self._warm_pool()
-        log.info("model %r: built this process's own %s artifact for %d intra-op threads",
-                 self.name, self.selection.name, self.plan.intra_op_threads)  # fmt: skip
+    def resize(self, plan: ThreadPlan) -> None:
+        """Serve with ``plan``'s runtime count from ``start()`` on, for a model not started yet (a
+        supervisor re-splits the CPUs when its model set changes, before it forks); see
+        RuntimeSet.resize."""
+        if self.accepting:
+            raise RuntimeError(f"model {self.name!r} is serving: only a model not started yet can be resized")
+        self.runtimes.resize(plan.runtimes)
+        self.plan = plan
+        self.capacity = plan.runtimes + self.max_queue
+        self.admission.runtimes = plan.runtimes
 
-    def _fresh_runtime(self) -> Runtime:
-        """A warm runtime on the shared module and artifact."""
-        runtime = self._backend(self.module, self.options, self._compiled)
-        runtime.warmup()
-        return runtime
+    @property
+    def pool(self) -> RuntimePool[Runtime]:
+        return self.runtimes.pool
 
-    def _warm_pool(self) -> RuntimePool[Runtime]:
-        runtimes = [self._fresh_runtime() for _ in range(self.plan.runtimes)]
-        return RuntimePool(runtimes, timeout=self.options.borrow_timeout)
+    @property
+    def replaced_runtimes(self) -> int:
+        return self.runtimes.replaced
 
     def _choose_executor(self) -> tuple[str, dict[str, Any] | None]:
         """``batch`` when batching is on, else the configured dispatch, or for ``auto`` the
@@ -198,6 +196,7 @@ class ServedModel:
         ``name`` overrides the model's own, ``handler`` ('package.module:attr', see
         engine.handlers) turns request payloads into its inputs and its outputs into answers.
         ``start=False`` loads for processes forked later, which each call ``start()``."""
+        options = serving_options(source, options)  # an ONNX file: the onnxruntime backend
         plan = plan_threads(options, shares=shares)
         # Fork-safe loading measures at one intra-op thread; see start().
         apply_thread_plan(plan if start else replace(plan, intra_op_threads=1))
@@ -304,35 +303,7 @@ class ServedModel:
         return outputs
 
     def _run(self, arrays: Mapping[str, Array]) -> dict[str, Array]:
-        lease = self.pool.borrow()
-        with lease as runtime:
-            try:
-                return runtime.run(arrays)
-            except EngineError:
-                raise  # the backend refused the input on purpose: the runtime itself is fine
-            except BaseException:
-                # A failure can leave per-runtime state (buffers, caches, a half-run graph) broken,
-                # and nothing proves it did not: that runtime never serves again. Replaced while the
-                # lease is held, so the pool stays full and no other thread can see the swap.
-                self._replace_runtime(lease)
-                raise
-
-    def _replace_runtime(self, lease: Lease[Runtime]) -> None:
-        """Swap a fresh, warm runtime into ``lease``; the failed request's error waits for it
-        (one constructor and ``warmup_iters`` calls), so the next request finds it ready."""
-        try:
-            fresh = self._fresh_runtime()
-        except Exception:
-            # The model fails on its own example inputs too: a fresh runtime would not serve any
-            # better, and the pool must not shrink, so the old one stays.
-            log.exception("model %r: could not build a runtime to replace a failed one; keeping it", self.name)
-            with self._counts:
-                self.failed_replacements += 1
-            return
-        self.pool.replace(lease, fresh)
-        with self._counts:
-            self.replaced_runtimes += 1
-        log.warning("model %r: replaced a runtime after the model failed on it", self.name)
+        return self.runtimes.run(arrays)
 
     @property
     def info(self) -> ModelInfo:
@@ -363,7 +334,7 @@ class ServedModel:
             worker_threads=self.worker_threads,
             live_workers=self.live_workers,
             replaced_runtimes=self.replaced_runtimes,
-            failed_replacements=self.failed_replacements,
+            failed_replacements=self.runtimes.failed_replacements,
             replaced_workers=self.replaced_workers,
             accepting=self.accepting,
         )

@@ -4,10 +4,13 @@
 - ``path/to/model.pt2`` -- an archive written by ``torch.export.save``.
 - ``path/to/model.ts`` (or ``.torchscript``) -- a legacy ``torch.jit.save`` archive, with a
   description of its inputs (see engine.torchscript_archive).
+- ``path/to/model.onnx`` -- an ONNX model, which only the onnxruntime backend serves (see
+  engine.onnx_source).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +18,9 @@ from typing import Any
 
 import torch
 
-from engine.errors import ModelLoadError
+from engine.errors import ConfigError, ModelLoadError
+from engine.onnx_source import load_onnx
+from engine.options import RuntimeOptions
 from engine.spec import ModelSpec
 from engine.torchscript_archive import load_torchscript
 
@@ -75,9 +80,12 @@ def _example_dim(program: torch.export.ExportedProgram, dim: int | torch.SymInt)
 SOURCES: dict[str, Callable[[str], ModelSpec]] = {
     "export": load_export,
     "torchscript": load_torchscript,
+    "onnx": load_onnx,
     "factory": load_factory,
 }
-ARCHIVE_SUFFIXES = {".pt2": "export", ".ts": "torchscript", ".torchscript": "torchscript"}
+ARCHIVE_SUFFIXES = {".pt2": "export", ".ts": "torchscript", ".torchscript": "torchscript", ".onnx": "onnx"}
+SOURCE_BACKENDS = {"onnx": "onnxruntime"}
+"""Source kinds only one backend serves: an ONNX file has no torch module to compile or time."""
 
 
 def source_kind(source: str) -> str:
@@ -87,3 +95,22 @@ def source_kind(source: str) -> str:
 
 def load_model(source: str) -> ModelSpec:
     return SOURCES[source_kind(source)](source)
+
+
+def required_backend(source: str) -> str | None:
+    """The one backend that serves ``source``, if only one does."""
+    return SOURCE_BACKENDS.get(source_kind(source))
+
+
+def serving_options(source: str, options: RuntimeOptions) -> RuntimeOptions:
+    """``options`` for the model from ``source``: a source only one backend serves gets it in
+    place of ``auto``; ConfigError when ``options`` name another."""
+    required = required_backend(source)
+    if required is None or options.backend == required:
+        return options
+    if options.backend != "auto":
+        raise ConfigError(
+            f"{source!r} is served by backend {required!r} only, not {options.backend!r}: set runtime.backend to "
+            f"{required!r} (or 'auto') for it"
+        )
+    return dataclasses.replace(options, backend=required)

@@ -35,9 +35,10 @@ def _version() -> str:
         return "0+unknown"
 
 
-def _announce(model: EngineClient, metrics: Metrics, version: str) -> None:
-    metrics.model_ready(model, version)
-    log.info("serving %s", " ".join(f"{k}={v}" for k, v in model.info.labels().items()))
+def _announce(model: EngineClient, metrics: Metrics, version: str, model_version: str) -> None:
+    metrics.model_ready(model, version, model_version)
+    labels = {**model.info.labels(), "version": model_version} if model_version else model.info.labels()
+    log.info("serving %s", " ".join(f"{k}={v}" for k, v in labels.items()))
 
 
 def create_app(settings: Settings, host: ModelHost | None = None) -> FastAPI:
@@ -46,13 +47,14 @@ def create_app(settings: Settings, host: ModelHost | None = None) -> FastAPI:
     version = _version()
     activity = Activity()
 
-    def ready(model: EngineClient) -> None:
-        activity.admit(model.info.capacity)
-        _announce(model, metrics, version)
-
     supervised = host is not None
     if host is None:
         host = ModelHost(settings)
+
+    def ready(model: EngineClient) -> None:
+        activity.admit(model.info.capacity)
+        _announce(model, metrics, version, host.version_label(model))
+
     host.on_ready = ready
 
     @asynccontextmanager

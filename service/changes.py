@@ -30,7 +30,8 @@ from typing import Any
 from engine import EngineError
 from service import control
 from service.desk import Desk, Refused
-from service.host import ModelHost, ModelPlan
+from service.host import ModelHost
+from service.plans import ModelPlan
 
 log = logging.getLogger(__name__)
 SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGCHLD}
@@ -85,6 +86,7 @@ class Changes:
             else:
                 self._reply(pid, 400, {"error": f"unknown repository call {op!r}"})
         except Refused as exc:
+            log.warning("model change refused (%d): %s", exc.status, exc)
             self._reply(pid, exc.status, {"error": str(exc)})
 
     def _poll(self, listener: socket.socket, host: ModelHost) -> None:

@@ -2,12 +2,14 @@
 
 A call becomes the complete list of ModelPlans to serve (the config's models, then the
 repository's); the supervisor loads what is new, replaces its serving processes and closes
-what is gone (service.supervisor). Nothing here loads or imports torch: a bad request or a
-version that cannot be served is answered before anything changes.
+what is gone (service.supervisor). Nothing here loads a model: a bad request, a version that
+cannot be served or a set over the CPU budget (service.budget) is answered before anything
+changes.
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +17,11 @@ import orjson
 
 from config import Settings
 from engine import ConfigError
-from service.host import ModelPlan, plans, repository_plans
+from service.budget import OverBudget
+from service.plans import ModelPlan, fit_budget, plans, repository_plans
 from service.repository import ModelFolder, read_model, scan
+
+log = logging.getLogger(__name__)
 
 
 class Refused(Exception):
@@ -65,7 +70,12 @@ class Desk:
             raise Refused(400, f"failed to load {name!r}: {exc}") from None
         if not fresh:
             raise Refused(400, f"failed to load {name!r}: its version_policy selects none of its versions")
-        return self._with(name, fresh)
+        wanted = self._with(name, fresh)
+        try:
+            self._fit(wanted)
+        except OverBudget as exc:  # a conflict with what serves: unloading another model makes room
+            raise Refused(409, f"cannot load {name!r}: {exc}; the models served are unchanged") from None
+        return wanted
 
     def unload(self, name: str) -> list[ModelPlan]:
         if not any(plan.name == name for plan in self.repository):
@@ -73,22 +83,42 @@ class Desk:
         return self._with(name, [])
 
     def rescan(self) -> list[ModelPlan]:
-        """The set the repository holds now (poll mode); a folder that cannot be served keeps what
-        it served (its reason goes to the index)."""
-        wanted = list(self.static)
+        """The set the repository holds now (poll mode); a folder that cannot be served, or whose
+        change does not fit the CPU budget, keeps what it served (its reason goes to the index)."""
+        found: dict[str, list[ModelPlan]] = {}
         for name, folder in scan(self.root).items():
             try:
-                wanted += repository_plans(self.settings, {name: folder})
+                found[name] = repository_plans(self.settings, {name: folder})
             except ConfigError as exc:
                 self.failures[name] = str(exc)
-                wanted += [plan for plan in self.repository if plan.name == name]
-        return wanted
+                found[name] = self._serving(name)
+        changed = [name for name in sorted(found) if found[name] != self._serving(name)]
+        while True:
+            wanted = [*self.static, *(plan for each in found.values() for plan in each)]
+            try:
+                self._fit(wanted)
+                return wanted
+            except OverBudget as exc:
+                if not changed:  # what serves already: it was admitted when it was loaded
+                    return wanted
+                name = changed.pop()  # the last in name order waits for room first
+                reason = f"not loaded: {exc}"
+                if self.failures.get(name) != reason:
+                    log.warning("model %r: %s", name, reason)
+                self.failures[name] = reason
+                found[name] = self._serving(name)
 
     def served(self, wanted: list[ModelPlan]) -> None:
         """``wanted`` serves now."""
         self.repository = [plan for plan in wanted if plan not in self.static]
         for name in {plan.name for plan in self.repository}:
             self.failures.pop(name or "", None)
+
+    def _fit(self, wanted: list[ModelPlan]) -> None:
+        fit_budget(wanted, self.settings.workers, oversubscribe=self.settings.runtime.oversubscribe)
+
+    def _serving(self, name: str) -> list[ModelPlan]:
+        return [plan for plan in self.repository if plan.name == name]
 
     def _folder(self, name: str, override: dict[str, Any] | None) -> ModelFolder:
         path = self.root / name

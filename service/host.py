@@ -16,74 +16,20 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from config import Settings
-from engine import ConfigError, EngineClient, NotReady, RuntimeOptions, ServedModel
-from engine.threads import serving_processes, usable_cpus
+from engine import ConfigError, EngineClient, NotReady, ServedModel
+from engine.threads import plan_threads
 from service.apierror import ApiError
 from service.board import READY, ProcessBoard
-from service.repository import ModelFolder, scan
+from service.logs import model_served
+from service.plans import STATIC_VERSION, Key, ModelPlan
+from service.plans import plans as plans  # re-exported: the commands import them from here
+from service.plans import repository_plans as repository_plans
+from service.plans import sized as sized
+from service.plans import startup_plans as startup_plans
 
 log = logging.getLogger(__name__)
-STATIC_VERSION = "1"
-
-
-@dataclass(frozen=True)
-class ModelPlan:
-    source: str
-    name: str | None
-    options: RuntimeOptions
-    handler: str | None = None
-    version: str = STATIC_VERSION
-    """A repository model's version folder; "1" for the config's models, which have one."""
-
-
-Key = tuple[str, str]  # (name as planned, else the source; version): unique while names are
-
-
-def plans(settings: Settings) -> list[ModelPlan]:
-    """The default model first, then the listed ones (each with its own or the shared options)."""
-    extra = [ModelPlan(m.source, m.name, m.runtime or settings.runtime, m.handler) for m in settings.models]
-    return [ModelPlan(settings.model, None, settings.runtime, settings.handler), *extra]
-
-
-def repository_plans(settings: Settings, folders: dict[str, ModelFolder]) -> list[ModelPlan]:
-    """What the repository's version policies select, each version a plan of its own; ConfigError
-    naming the version when one that is selected cannot be served."""
-    wanted = []
-    for folder in folders.values():
-        if folder.reason is not None:
-            raise ConfigError(f"model {folder.name!r} in the repository: {folder.reason}")
-        for number in folder.selected():
-            version = folder.versions[number]
-            if version.reason is not None:
-                raise ConfigError(f"model {folder.name!r} version {number}: {version.reason}")
-            runtime = version.runtime or settings.runtime
-            wanted.append(ModelPlan(version.source, folder.name, runtime, version.handler, str(number)))
-    return wanted
-
-
-def startup_plans(settings: Settings) -> list[ModelPlan]:
-    """The config's models, then the repository's (when there is one)."""
-    if settings.model_repository is None:
-        return plans(settings)
-    return [*plans(settings), *repository_plans(settings, scan(settings.model_repository))]
-
-
-def sized(settings: Settings, cpus: int | None = None) -> Settings:
-    """``workers = 0`` replaced by the process count the CPU budget holds (engine.threads);
-    an explicit count above the budget is refused unless ``runtime.oversubscribe``."""
-    cpus = usable_cpus() if cpus is None else cpus
-    if settings.workers > cpus and not settings.runtime.oversubscribe:
-        raise ConfigError(
-            f"workers={settings.workers} serving processes, but this process may use {cpus} CPUs (affinity and "
-            "cgroup quota): lower workers (0 sizes it automatically), or set runtime.oversubscribe=true"
-        )
-    if settings.workers:
-        return settings
-    workers = serving_processes([model.options for model in plans(settings)], cpus)
-    return settings.model_copy(update={"workers": workers})
 
 
 class ModelHost:
@@ -103,6 +49,10 @@ class ModelHost:
         """Each name's latest version."""
         self.versions: dict[str, dict[str, EngineClient]] = {}
         self._version_of: dict[int, str] = {}  # id(model): a process's models never change
+        self._label_of: dict[int, str] = {}  # id(model): its version label (ModelPlan.version_label)
+        self.generation = 0
+        """How many times the supervisor changed the model set: a forked process serves the set
+        of the generation it was forked at, and readiness per version compares them."""
         self._plan_of: dict[int, ModelPlan] = {}
         self.default: EngineClient | None = None
         self.error: str | None = None
@@ -151,6 +101,7 @@ class ModelHost:
         if default is None or self.stopping:
             raise NotReady(f"model is not ready ({self.status}{': ' + self.error if self.error else ''})")
         if name is None:
+            model_served.set((default.name, self._label_of.get(id(default), "")))
             return default
         try:
             versions = self.versions[name]
@@ -158,17 +109,31 @@ class ModelHost:
             raise ApiError(
                 404, f"model {name!r} is not served here; this server serves {sorted(self.models)}", "unknown_model"
             ) from None
-        if version is None:
-            return self.models[name]
         try:
-            return versions[version]
+            found = self.models[name] if version is None else versions[version]
         except KeyError:
             raise ApiError(
                 404, f"model {name!r} has no version {version!r}; it has {sorted(versions, key=int)}", "unknown_model"
             ) from None
+        model_served.set((found.name, self._label_of.get(id(found), "")))  # this request's logs and metrics
+        return found
 
     def version_of(self, model: EngineClient) -> str:
         return self._version_of.get(id(model), STATIC_VERSION)
+
+    def version_label(self, model: EngineClient) -> str:
+        """``model``'s version as metrics and logs label it (ModelPlan.version_label)."""
+        return self._label_of.get(id(model), "")
+
+    def ready(self, model: EngineClient) -> bool:
+        """``model`` (a version this process serves) takes requests whichever serving process gets
+        them: loaded and warm here, its pool whole, nothing draining, and every serving process
+        ready on this one's model set (during a change's rollout processes serve different sets,
+        so no version is ready until they all serve the same one)."""
+        stats = model.stats()
+        if self.stopping or self.default is None or not (stats.accepting and stats.healthy):
+            return False
+        return self.board is None or self.board.settled(self.generation)
 
     def served(self) -> list[tuple[EngineClient, ModelPlan]]:
         """Each name's latest version with its plan, in the order they were planned."""
@@ -183,10 +148,13 @@ class ModelHost:
         keep = {key: m for key, m in self._preloaded.items() if self._plans.get(key) in wanted}
         todo = [plan for plan in wanted if _key(plan) not in keep]
         added = self._build(todo, start=False, keep=keep, total=len(wanted))
+        for model in keep.values():
+            _resplit(model, max(1, self.settings.workers) * len(wanted))
         dropped = [m for key, m in self._preloaded.items() if key not in keep]
         self._preloaded = {_key(plan): keep.get(_key(plan)) or added[_key(plan)] for plan in wanted}
         for key in [key for key in self._plans if key not in self._preloaded]:
             del self._plans[key]
+        self.generation += 1
         return dropped  # the caller frees them, and freezes the new heap before it forks
 
     @property
@@ -240,13 +208,13 @@ class ModelHost:
                 loaded = self._preloaded
                 for model in loaded.values():
                     model.start(forked=True)
+            self._index(loaded)  # before on_ready, which labels each model's metrics by version
             for model in loaded.values():
                 if self.on_ready is not None:
                     self.on_ready(model)
-            self._index(loaded)
             self.default = loaded[next(iter(loaded))]  # published last: routes see complete state
             if self.board is not None:
-                self.board.mark(self.slot, READY)
+                self.board.mark(self.slot, READY, self.generation)
             if self.announce is not None:
                 self.announce()
         except Exception as exc:
@@ -256,13 +224,31 @@ class ModelHost:
     def _index(self, loaded: dict[Key, ServedModel]) -> None:
         """By name and version, and each name's latest version (the highest number)."""
         self._plan_of = {id(model): self._plans[key] for key, model in loaded.items()}
-        for (_, version), model in loaded.items():
+        for key, model in loaded.items():
+            version = key[1]
             self.versions.setdefault(model.name, {})[version] = model
             self._version_of[id(model)] = version
+            self._label_of[id(model)] = self._plans[key].version_label
         self.models = {name: by[max(by, key=int)] for name, by in self.versions.items()}
         log.info(
             "serving %s", ", ".join(f"{name} versions {sorted(by, key=int)}" for name, by in self.versions.items())
         )
+
+
+def _resplit(model: ServedModel, shares: int) -> None:
+    """``model``'s pool sized to its share of the CPUs now that ``shares`` pools split them: a
+    pool sized automatically shrinks when models are added and grows when they go. Cheap (runtimes
+    dropped, or built on the loaded module and artifact and warmed: no load, no compile), so it is
+    done at every change; a pool that cannot grow keeps its size, which stays within the budget."""
+    try:
+        plan = plan_threads(model.options, shares=shares)
+        if plan.runtimes != model.plan.runtimes:
+            log.info("model %r: %d runtimes, %d before (%d pools share the CPUs)",
+                     model.name, plan.runtimes, model.plan.runtimes, shares)  # fmt: skip
+        if plan != model.plan:  # the CPU share alone may change: it is reported in the model's config
+            model.resize(plan)
+    except Exception:
+        log.exception("model %r: could not re-size its pool; it keeps %d runtimes", model.name, model.plan.runtimes)
 
 
 def _key(plan: ModelPlan) -> Key:
@@ -272,9 +258,9 @@ def _key(plan: ModelPlan) -> Key:
 def _freeze_heap() -> None:
     """Move everything allocated so far (torch, the models, their Python wrappers) out of the
     garbage collector's reach: it is never garbage, yet every full collection walked it all and
-    stopped every thread meanwhile -- 430-480 ms per collection with MiniLM loaded (386k
-    objects), which showed up as 300+ ms stalls of the event loop, refusals included, under
-    overload. Later collections only see objects allocated after this point."""
+    stopped every thread meanwhile (hundreds of ms with MiniLM loaded), which showed up as
+    stalls of the event loop, refusals included, under overload. Later collections only see
+    objects allocated after this point."""
     started = time.perf_counter()
     gc.collect()
     gc.freeze()

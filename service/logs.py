@@ -1,19 +1,33 @@
-"""Logging: plain or JSON lines, each carrying the id of the request it belongs to."""
+"""Logging: plain or JSON lines, each carrying the id of the request it belongs to and, once the
+request has found its model, the model's name and version (``model_served``)."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from contextvars import ContextVar
 from datetime import UTC, datetime
 
 import orjson
 
 from engine.requests import request_id
 
+model_served: ContextVar[tuple[str, str] | None] = ContextVar("model_served", default=None)
+"""(name, version label) of the model the current request was routed to: set where every front
+end resolves its model (ModelHost.get), read by log lines and the phase metrics. The version
+label is a repository model's version and "" for the config's models, whose lines and series
+stay as they were before versions existed. Each request runs in its own task, hence its own
+context: the value never leaks into the next request on a connection. Not set on the engine's
+worker threads, whose lines carry the request id (and name the model in their message)."""
+
 
 class RequestIdFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         record.request_id = request_id.get()
+        name, version = model_served.get() or ("", "")
+        record.model, record.model_version = name, version
+        # The plain format's suffix after the request id: " scale:2", " digits", or nothing.
+        record.served = f" {name}:{version}" if version else f" {name}" if name else ""
         return True
 
 
@@ -28,13 +42,18 @@ class JsonFormatter(logging.Formatter):
             "message": record.getMessage(),
             "request_id": getattr(record, "request_id", "-"),
         }
+        model, version = getattr(record, "model", ""), getattr(record, "model_version", "")
+        if model:
+            entry["model"] = model
+        if version:
+            entry["version"] = version
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return orjson.dumps(entry).decode()
 
 
 FORMATTERS: dict[str, Callable[[], logging.Formatter]] = {
-    "plain": lambda: logging.Formatter("%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"),
+    "plain": lambda: logging.Formatter("%(asctime)s %(levelname)s %(name)s [%(request_id)s%(served)s] %(message)s"),
     "json": JsonFormatter,
 }
 

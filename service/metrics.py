@@ -5,7 +5,7 @@ well under a millisecond and coarser buckets would hide the server's own overhea
 gets its own registry, so several apps in one process (tests) never collide.
 
 Per-request histograms and counters skip prometheus-client's metric objects (a lock and a
-Python loop over the buckets per observation: ~18 µs of GIL a request, loadtest/bench_metrics.py):
+Python loop over the buckets per observation, held under the GIL; loadtest/bench_metrics.py):
 an observation is a ``bisect`` and two float adds into preallocated slots, rendered by a
 collector at scrape time. Requests are observed on the event loop thread only (middleware,
 async routes), so those adds take no lock; ``observe_error`` also runs on Starlette's
@@ -24,12 +24,13 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest, multiprocess
 
 from engine import EngineClient
+from service.logs import model_served
 from service.metric_slots import Child, Family, SlotCollector, SlotFile, bounds_of, observe
 
 if TYPE_CHECKING:  # config imports torch; the service only reads the settings it is given
@@ -55,6 +56,10 @@ BEYOND_TIMEOUT = (1.0, 2.0, 5.0)
 REJECTION_REASONS = frozenset(
     {"queue_full", "not_ready", "body_too_large", "predicted_wait", "deadline", "auth", "load_shed"}
 )
+# Every per-model series: the model's name and its version label ("" for the config's models,
+# which Prometheus stores as no label at all, so their series are the ones they always were).
+MODEL_LABELS = ("model", "version")
+Labels = tuple[str, str]
 
 
 def multiprocess_dir() -> str | None:
@@ -91,9 +96,9 @@ class Metrics:
         batch = bounds_of(BATCH_BUCKETS if max_samples is None else batch_buckets(max_samples))
 
         def phase(name: str, doc: str, bounds: tuple[float, ...] = latency) -> Family:
-            return Family(name, doc, ("model",), bounds)
+            return Family(name, doc, MODEL_LABELS, bounds)
 
-        def gauge(name: str, doc: str, mode: str = "livesum", labels: tuple[str, ...] = ("model",)) -> Gauge:
+        def gauge(name: str, doc: str, mode: str = "livesum", labels: tuple[str, ...] = MODEL_LABELS) -> Gauge:
             return Gauge(name, doc, labels, registry=r, multiprocess_mode=mode)  # type: ignore[arg-type]
 
         route_doc = "HTTP requests answered, by route template and status code."
@@ -131,16 +136,17 @@ class Metrics:
                 self._files[counter] = SlotFile.of(os.path.join(directory, f"{kind}_inferpool_{os.getpid()}.db"))
         self._routes: dict[tuple[str, Any], tuple[Child, Child]] = {}  # by (route, status)
         self._rpcs: dict[tuple[str, Any], tuple[Child, Child]] = {}  # by (rpc, code)
-        self._models: dict[str, tuple[Child, ...]] = {}
+        self._models: dict[Labels, tuple[Child, ...]] = {}
+        self._labels: dict[int, Labels] = {}  # id(model) -> its labels, from model_ready
         self._reasons: dict[str, Child] = {}
 
         # Written by refresh() only, at most every REFRESH_SECONDS: prometheus-client's own.
         replaced = "inferpool_runtime_replacements", "Runtimes rebuilt after the model raised."
-        self.runtime_replacements = Counter(*replaced, ["model"], registry=r)
+        self.runtime_replacements = Counter(*replaced, MODEL_LABELS, registry=r)
         restarted = "inferpool_worker_replacements", "Worker threads restarted after one died."
-        self.worker_replacements = Counter(*restarted, ["model"], registry=r)
-        self._seen_replacements: dict[tuple[str, str], int] = {}
-        self._refreshed: dict[str, float] = {}
+        self.worker_replacements = Counter(*restarted, MODEL_LABELS, registry=r)
+        self._seen_replacements: dict[tuple[str, Labels], int] = {}
+        self._refreshed: dict[Labels, float] = {}
         self.in_flight = gauge("inferpool_inflight_requests", "Requests accepted and not yet answered.")
         self.queue_depth = gauge("inferpool_queue_depth", "Accepted requests waiting for a runtime.")
         self.runtimes_busy = gauge("inferpool_runtimes_busy", "Runtimes running a request.")
@@ -152,7 +158,8 @@ class Metrics:
         limit = "Requests the door admits at once before it sheds: the sum of runtimes + max_queue over the models."
         self.door_capacity = gauge("inferpool_door_capacity", limit, labels=())
         self._door: Callable[[], tuple[int, int | None]] | None = None
-        info_labels = ("version", "model", "backend", "dispatch", "torch_version")
+        # "version" is the server's here (it was first); the model's is "model_version".
+        info_labels = ("version", "model", "model_version", "backend", "dispatch", "torch_version")
         self.info = gauge("inferpool_build_info", "Always 1; the labels say what is serving.", "max", info_labels)
 
     @classmethod
@@ -185,11 +192,13 @@ class Metrics:
         whenever the models' gauges are."""
         self._door = read
 
-    def model_ready(self, model: EngineClient, version: str) -> None:
+    def model_ready(self, model: EngineClient, server_version: str, model_version: str = "") -> None:
+        """``model`` serves, labelled by ``model_version`` ("" for the config's models)."""
         info = model.info
-        self.runtimes.labels(model.name).set(info.runtimes)
-        self.threads.labels(model.name).set(info.threads)
-        self.info.labels(version, model.name, info.backend, info.dispatch, info.torch_version).set(1)
+        labels = self._labels[id(model)] = (model.name, model_version)
+        self.runtimes.labels(*labels).set(info.runtimes)
+        self.threads.labels(*labels).set(info.threads)
+        self.info.labels(server_version, *labels, info.backend, info.dispatch, info.torch_version).set(1)
         self.refresh(model, force=True)
 
     def refresh(self, model: EngineClient, *, force: bool = False) -> None:
@@ -197,28 +206,29 @@ class Metrics:
         every REFRESH_SECONDS (seven labelled writes per request showed up in profiles); a
         scrape forces it, so a single process always reports its exact state."""
         now = time.monotonic()
-        if not force and now - self._refreshed.get(model.name, -REFRESH_SECONDS) < REFRESH_SECONDS:
+        labels = self._labels.get(id(model)) or (model.name, "")
+        if not force and now - self._refreshed.get(labels, -REFRESH_SECONDS) < REFRESH_SECONDS:
             return
-        self._refreshed[model.name] = now
+        self._refreshed[labels] = now
         stats = model.stats()
         with self._lock:  # the loader thread (model_ready) and the event loop (scrapes) both come here
-            self.in_flight.labels(model.name).set(stats.in_flight)
-            self.runtimes_busy.labels(model.name).set(stats.busy_runtimes)
-            self.runtimes_idle.labels(model.name).set(stats.idle_runtimes)
-            self.queue_depth.labels(model.name).set(stats.queued)
-            self._count_up(self.runtime_replacements, model.name, stats.replaced_runtimes)
-            self._count_up(self.worker_replacements, model.name, stats.replaced_workers)
+            self.in_flight.labels(*labels).set(stats.in_flight)
+            self.runtimes_busy.labels(*labels).set(stats.busy_runtimes)
+            self.runtimes_idle.labels(*labels).set(stats.idle_runtimes)
+            self.queue_depth.labels(*labels).set(stats.queued)
+            self._count_up(self.runtime_replacements, labels, stats.replaced_runtimes)
+            self._count_up(self.worker_replacements, labels, stats.replaced_workers)
             if self._door is not None:
                 inside, limit = self._door()
                 self.door_requests.set(inside)
                 self.door_capacity.set(limit or 0)
 
-    def _count_up(self, counter: Counter, model: str, total: int) -> None:
+    def _count_up(self, counter: Counter, labels: Labels, total: int) -> None:
         """The engine keeps running totals; a counter needs the increments since last time."""
-        key = (str(id(counter)), model)
+        key = (str(id(counter)), labels)
         delta = total - self._seen_replacements.get(key, 0)
         if delta > 0:
-            counter.labels(model).inc(delta)
+            counter.labels(*labels).inc(delta)
             self._seen_replacements[key] = total
 
     # The observe_* methods catch rather than use a context manager: a try costs nothing until
@@ -251,19 +261,20 @@ class Metrics:
             slots[index[0]] += 1.0
             observe(found[1], seconds)
             if inference is not None:
-                observe(self._model(inference.model)[5], seconds - inference.compute_seconds)
+                observe(self._model(inference)[5], seconds - inference.compute_seconds)
         except Exception:
             log.exception("recording request metrics failed")
 
-    def _model(self, model: str) -> tuple[Child, ...]:
-        found = self._models.get(model)
+    def _model(self, inference: Inference) -> tuple[Child, ...]:
+        labels = (inference.model, inference.version)
+        found = self._models.get(labels)
         if found is None:
-            found = self._models[model] = tuple(self._child(family, (model,)) for family in self._model_families)
+            found = self._models[labels] = tuple(self._child(family, labels) for family in self._model_families)
         return found
 
     def observe_inference(self, inference: Inference) -> None:
         try:
-            decode, queue, batch, compute, encode, _, size = self._model(inference.model)
+            decode, queue, batch, compute, encode, _, size = self._model(inference)
             observe(decode, inference.decode_seconds)
             observe(queue, inference.queue_seconds)
             if inference.batch_size > 1 or inference.batch_seconds:
@@ -294,6 +305,11 @@ class Metrics:
         return generate_latest(merged)
 
 
+def _served_version() -> str:
+    served = model_served.get()
+    return served[1] if served is not None else ""
+
+
 @dataclass(frozen=True)
 class Inference:
     """One request's phases, as the route measured them (seconds)."""
@@ -305,10 +321,13 @@ class Inference:
     encode_seconds: float
     batch_size: int
     batch_seconds: float = 0.0
+    version: str = field(default_factory=_served_version)
+    """The model's version label; by default the one the request resolved (ModelHost.get), so
+    that every front end's observations carry it without passing it along."""
 
     def server_timing(self, total_seconds: float) -> str:
         """The ``Server-Timing`` header value (milliseconds, as the standard has it)."""
-        # One format string: a join over a generator of f-strings measured ~5x the cost, ~10 µs a request.
+        # One format string: a join over a generator of f-strings measured several times the cost.
         return SERVER_TIMING % (
             self.decode_seconds * 1e3, self.queue_seconds * 1e3, self.batch_seconds * 1e3,
             self.compute_seconds * 1e3, self.encode_seconds * 1e3, total_seconds * 1e3,

@@ -2,7 +2,7 @@
 
 Once the models have loaded, every body is described from the served model's own schema: what
 the spec accepts the server accepts, and what it rejects the server rejects (the fuzz test,
-tests/service/test_fuzz.py, holds both directions with schemathesis). Path parameters list the
+tests/e2e/service/test_fuzz.py, holds both directions with schemathesis). Path parameters list the
 served models and versions; the headers the server reads are declared; so is the API key, when
 one is set, so that /docs can send it (its Authorize button).
 

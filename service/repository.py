@@ -4,7 +4,7 @@
 repository/
   digits/
     config.toml        optional: version_policy = "all" | {latest = 2} | {specific = [1, 3]}
-    1/model.pt2        a torch.export archive (or .ts / .torchscript) ...
+    1/model.pt2        a torch.export archive (or .ts / .torchscript, or an ONNX model.onnx) ...
     2/config.toml      ... or a config.toml: source = "package.module:function" (or "file.pt2"),
                        [runtime] options and handler, checked as the main config's are
 ```
@@ -24,8 +24,8 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from config.settings import check_backend, check_handler, check_source
-from engine import RuntimeOptions
-from engine.sources import ARCHIVE_SUFFIXES
+from engine import ConfigError, RuntimeOptions
+from engine.sources import ARCHIVE_SUFFIXES, serving_options
 
 CONFIG = "config.toml"
 
@@ -117,7 +117,9 @@ def read_version(path: Path, override: dict[str, Any] | None = None) -> Version:
         if config.source and Path(config.source).suffix in ARCHIVE_SUFFIXES:
             source = str(path / config.source)  # relative to the version folder
         check_source(source)
-    except (ValueError, OSError) as exc:
+        if config.runtime is not None:
+            serving_options(source, config.runtime)  # an ONNX file with another backend named
+    except (ValueError, OSError, ConfigError) as exc:
         return Version(number, reason=_short(exc))
     return Version(number, source, config.runtime, config.handler)
 

@@ -2,7 +2,7 @@
 
 ``compile`` builds the session once per model (the AOTInductor/Static Runtime split): ORT's
 ``Run`` is thread-safe and releases the GIL, and each extra session would hold its own copy of
-the weights (~90 MB each on MiniLM). A runtime keeps only its RunOptions. The export itself is
+the weights. A runtime keeps only its RunOptions. The export itself is
 cached on disk (engine.backends.onnx_export): a restart builds the session from the file.
 
 Weights once: when onnxruntime alone serves the model (``backend = "onnxruntime"``, or ``auto``
@@ -13,10 +13,10 @@ remembered with its checked export and reference: the session a forked process r
 more intra-op threads (``threaded_artifact``) is built from that file and checked against that
 reference, without reading the torch weights again.
 
-Plain ``session.run`` with numpy inputs, not ``run_with_iobinding``: on the digits CNN (1
-thread, median of 15 x 300 calls) run took 21 us at batch 1 and 200 us at batch 32, an
-IOBinding per runtime 25 / 205 us, and one with preallocated output buffers 29 / 211 us --
-binding costs more Python calls per request than the copies it saves on tensors this small.
+Plain ``session.run`` with numpy inputs, not ``run_with_iobinding``: binding costs more Python
+calls per request than the copies it saves on tensors as small as a request's (measured slower
+with an IOBinding per runtime and with preallocated output buffers; the figures are in
+docs/BENCHMARKS.md, "Figures moved from the code").
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from engine.backends.weights import map_weights
 from engine.compile_cache import cache_dir
 from engine.errors import ModelLoadError
 from engine.module import InferenceModule
+from engine.onnx_source import onnx_file_session
 from engine.options import RuntimeOptions
 from engine.schema import Array
 from engine.sources import load_model
@@ -66,10 +67,11 @@ def checked(module: InferenceModule) -> Checked | None:
 
 def session_options(options: RuntimeOptions) -> Any:
     """Serving options. ORT_ENABLE_ALL because its layout transforms matter on convolutions
-    (digits CNN, 1 thread: batch 32 in 270 us against 565 us at BASIC or EXTENDED); on MiniLM the
-    levels are within noise. The memory arena and memory patterns stay on: turning either off
-    changed neither speed nor RSS measurably on MiniLM or digits (cleanup_activations shrinks the
-    arena after each run instead). Weight prepacking stays on: without it MiniLM's batch 1 took 2x."""
+    (the digits CNN runs markedly faster than at BASIC or EXTENDED); on MiniLM the levels are
+    within noise. The memory arena and memory patterns stay on: turning either off changed
+    neither speed nor RSS measurably on MiniLM or digits (cleanup_activations shrinks the arena
+    after each run instead). Weight prepacking stays on: without it MiniLM is much slower.
+    Figures: docs/BENCHMARKS.md, "Figures moved from the code"."""
     ort = require("onnxruntime")
     so = ort.SessionOptions()
     # The thread plan's per-runtime count. One creates no ORT thread, so a session built in a
@@ -194,12 +196,15 @@ class OnnxRuntime(Runtime):
         self._run_options = require("onnxruntime").RunOptions()
         if options.cleanup_activations:
             # Return the arena's free chunks after each run: a large batch otherwise keeps its
-            # activations resident (+100 MB after one batch of 8192 digits). No measurable
-            # cost at batch 1 or 32.
+            # activations resident for the life of the process, and shrinking cost nothing
+            # measurable at the batch sizes requests come in (docs/BENCHMARKS.md, issue 17).
             self._run_options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
 
     @classmethod
     def compile(cls, module: InferenceModule, options: RuntimeOptions) -> Any:
+        served = onnx_file_session(module, session_options(options))  # an ONNX file serves itself
+        if served is not None:
+            return served
         # Named, it alone will serve the module; under ``auto`` the weights stay until it is chosen.
         return load_session(module, options, release=options.backend == "onnxruntime")[0]
 

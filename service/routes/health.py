@@ -30,6 +30,6 @@ async def ready(host: HostDep) -> Response:
 
 @router.get("/metrics", summary="Prometheus metrics", response_class=Response)
 async def metrics(metrics: MetricsDep, host: HostDep) -> Response:
-    for model in host.models.values():
+    for model in host.all_models():  # every version, not only each name's latest
         metrics.refresh(model, force=True)
     return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)

@@ -23,6 +23,10 @@ RESPONSES: dict[int | str, dict[str, Any]] = {
     400: documented_error("The model cannot be loaded (the reason says why); what served keeps serving."),
     403: documented_error("Model control is off: start the server with --model-control-mode explicit."),
     404: documented_error("This server has no model repository (--model-repository DIR)."),
+    409: documented_error(
+        "The model set would not fit the CPU budget (the message names the numbers and what to lower); "
+        "what served keeps serving."
+    ),
     500: documented_error("A new serving process did not start with the new models."),
     503: ERROR_RESPONSES[503],
 }

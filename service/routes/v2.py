@@ -99,8 +99,15 @@ async def model_config(request: Request, name: str, version: str | None = None) 
 @router.get("/models/{name}/ready", summary="Model readiness")
 @router.get("/models/{name}/versions/{version}/ready", summary="Model readiness (one version)")
 async def model_ready(request: Request, name: str, version: str | None = None) -> Response:
-    find_model(host_of(request), name, version)  # 503 while loading, 404 if unknown
-    return json_response({"name": name, "ready": True})
+    """200 while the version (the latest without one) takes requests whichever serving process
+    gets them: loaded and warm, its pool whole, and every process serving the same model set
+    (not during a repository change's rollout); 503 with `Retry-After` otherwise, 404 for a
+    model or version not served."""
+    host = host_of(request)
+    model = find_model(host, name, version)  # 503 while loading, 404 if unknown
+    ok = host.ready(model)
+    body = {"name": model.name, "version": host.version_of(model), "ready": ok}
+    return json_response(body, 200 if ok else 503, None if ok else {"Retry-After": "1"})
 
 
 @router.post("/models/{name}/infer", summary="Inference")

@@ -175,7 +175,7 @@ def test_cmd_serves_ready_predict_metrics_and_drains_on_sigterm(image, tmp_path)
             assert batch.status_code == 200, batch.text
             assert batch.json()["outputs"]["label"] == [0, 0, 0]
             metrics = http.get("/metrics").text
-            assert 'inferpool_inflight_requests{model="digits"}' in metrics
+            assert 'inferpool_inflight_requests{model="digits",version=""}' in metrics
         with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
             stub: Any = health_pb2_grpc.HealthStub(channel)  # its stubs type the methods per channel kind
             check = stub.Check(health_pb2.HealthCheckRequest(), timeout=10)

@@ -46,7 +46,7 @@ def test_three_models_side_by_side(tmp_path, images, reference):
     assert meta["inputs"] == [{"name": "x", "datatype": "FP32", "shape": [-1, 3]}]
     assert (y == 2 * images[0, 0, :2, :3] + 1).all()
     for name in ("digits", "affine", "digits-copy"):  # 2 CPUs split 3 ways: one runtime each
-        assert f'inferpool_runtimes{{model="{name}"}} 1.0' in metrics
+        assert f'inferpool_runtimes{{model="{name}",version=""}} 1.0' in metrics
 
 
 def test_two_models_with_one_name_fail_loudly(tmp_path):

@@ -1,5 +1,6 @@
-"""Load shedding at the door: more requests inside the process than the models hold get an
-immediate 503 before any routing or body reading; probes and scrapes are never shed."""
+"""Load shedding at the door of a real server: more requests inside the process than the models
+hold get an immediate 503; probes are never shed. The middleware alone is checked in
+tests/unit/service/test_shedding.py."""
 
 from __future__ import annotations
 

@@ -29,7 +29,9 @@ def scrape(client) -> dict[tuple[str, tuple], float]:
 
 
 def value(samples, name, **labels) -> float:
-    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+    """The sum of ``name``'s samples whose labels include ``labels`` (a config model's per-model
+    series also carry ``version=""``)."""
+    return sum(v for (n, found), v in samples.items() if n == name and labels.items() <= dict(found).items())
 
 
 def timings(response) -> dict[str, float]:

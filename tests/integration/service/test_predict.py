@@ -64,8 +64,8 @@ def test_health_and_metrics(client):
     assert 'inferpool_requests_total{route="/predict",status="400"}' in metrics
     assert 'inferpool_request_duration_seconds_bucket{le="5e-05",route="/predict"}' in metrics
     assert "inferpool_inference_seconds_count" in metrics
-    assert 'inferpool_runtimes{model="digits"} 2.0' in metrics
-    assert 'inferpool_inflight_requests{model="digits"} 0.0' in metrics
+    assert 'inferpool_runtimes{model="digits",version=""} 2.0' in metrics
+    assert 'inferpool_inflight_requests{model="digits",version=""} 0.0' in metrics
 
 
 def test_unknown_route_is_a_json_404(client):

@@ -4,6 +4,7 @@ tests/unit/engine/test_backend_aoti.py); the ONNX export is real (a few seconds 
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import pytest
@@ -104,3 +105,19 @@ def test_prepare_names_what_to_build(tmp_path, compiled, capsys):
 )
 def test_what_each_backend_reads_from_the_cache(backend, auto_backends, expected):
     assert artifacts(RuntimeOptions(backend=backend, auto_backends=auto_backends)) == expected
+
+
+def test_an_onnx_file_has_nothing_to_prepare(tmp_path, compiled, capsys):
+    """An ONNX model is served by onnxruntime from the file itself: no export, no package."""
+    model = torch.nn.Linear(4, 3).eval()
+    path = tmp_path / "model.onnx"
+    with warnings.catch_warnings():  # the exporter's own deprecation chatter
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (torch.randn(2, 4),), path, input_names=["x"], output_names=["y"], dynamo=True)
+    cache = tmp_path / "cache"
+    argv = ["compile", "--model", str(path), "--runtime.compile-cache-dir", str(cache)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert f"{path}: nothing to prepare, it is served as it is" in out
+    assert compiled == []
+    assert not any(cache.glob("*.onnx"))

@@ -12,8 +12,8 @@ def test_buckets_reach_the_largest_call_and_past_the_deadline():
     metrics.observe_inference(Inference("m", 0.0, 0.0, 0.0, 0.0, batch_size=3000))
     metrics.observe_request("/predict", 504, 90.0, None)
     text = metrics.render().decode()
-    assert 'inferpool_batch_size_bucket{le="4096.0",model="m"} 1.0' in text
-    assert 'inferpool_batch_size_bucket{le="2048.0",model="m"} 0.0' in text
+    assert 'inferpool_batch_size_bucket{le="4096.0",model="m",version=""} 1.0' in text
+    assert 'inferpool_batch_size_bucket{le="2048.0",model="m",version=""} 0.0' in text
     assert 'inferpool_request_duration_seconds_bucket{le="120.0",route="/predict"} 1.0' in text
     assert 'inferpool_request_duration_seconds_bucket{le="60.0",route="/predict"} 0.0' in text
     # Without a configuration: the built-in buckets.

@@ -1,0 +1,93 @@
+"""The runtimes of one served model: built on its shared module and artifact, kept full.
+
+``ServedModel`` owns one. Every runtime here shares the module's weights and the backend's
+compiled artifact; each holds only its own mutable state. A runtime the model failed on is
+replaced by a fresh one while its lease is held (the pool never shrinks and no other thread sees
+the swap), and a supervisor can re-size the set before it forks serving processes.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from engine.backends.base import Runtime
+from engine.errors import EngineError
+from engine.module import InferenceModule
+from engine.options import RuntimeOptions
+from engine.pool import Lease, RuntimePool
+from engine.schema import Array
+
+log = logging.getLogger(__name__)
+
+
+class RuntimeSet:
+    def __init__(
+        self, name: str, backend: type[Runtime], compiled: Any, module: InferenceModule, options: RuntimeOptions,
+        size: int,
+    ) -> None:  # fmt: skip
+        self.name = name
+        self.backend, self.compiled = backend, compiled
+        self.module = module
+        self.options = options
+        self._counts = threading.Lock()  # failure paths only
+        self.replaced = 0
+        """Runtimes replaced by a fresh one after the model raised on them, for metrics."""
+        self.failed_replacements = 0
+        """Replacements that could not be built or warmed (the old runtime stayed), for metrics."""
+        self.pool = self._warm_pool(size)
+
+    def run(self, arrays: Mapping[str, Array]) -> dict[str, Array]:
+        """One call on a borrowed runtime."""
+        lease = self.pool.borrow()
+        with lease as runtime:
+            try:
+                return runtime.run(arrays)
+            except EngineError:
+                raise  # the backend refused the input on purpose: the runtime itself is fine
+            except BaseException:
+                # A failure can leave per-runtime state (buffers, caches, a half-run graph) broken,
+                # and nothing proves it did not: that runtime never serves again. Replaced while the
+                # lease is held, so the pool stays full and no other thread can see the swap.
+                self._replace(lease)
+                raise
+
+    def resize(self, size: int) -> None:
+        """``size`` runtimes: some dropped, or more built on the shared module and artifact and
+        warmed -- no load, no compile. A runtime that fails to build leaves the set as it was."""
+        runtimes = list(self.pool.runtimes[:size])
+        runtimes += [self._fresh() for _ in range(size - len(runtimes))]
+        self.pool = RuntimePool(runtimes, timeout=self.options.borrow_timeout)
+
+    def rebuild_artifact(self) -> None:
+        """A new artifact of this process's own, and runtimes on it (see ServedModel.start)."""
+        self.compiled = self.backend.compile(self.module, self.options)
+        self.pool = self._warm_pool(self.pool.size)
+
+    def _fresh(self) -> Runtime:
+        """A warm runtime on the shared module and artifact."""
+        runtime = self.backend(self.module, self.options, self.compiled)
+        runtime.warmup()
+        return runtime
+
+    def _warm_pool(self, size: int) -> RuntimePool[Runtime]:
+        return RuntimePool([self._fresh() for _ in range(size)], timeout=self.options.borrow_timeout)
+
+    def _replace(self, lease: Lease[Runtime]) -> None:
+        """Swap a fresh, warm runtime into ``lease``; the failed request's error waits for it
+        (one constructor and ``warmup_iters`` calls), so the next request finds it ready."""
+        try:
+            fresh = self._fresh()
+        except Exception:
+            # The model fails on its own example inputs too: a fresh runtime would not serve any
+            # better, and the pool must not shrink, so the old one stays.
+            log.exception("model %r: could not build a runtime to replace a failed one; keeping it", self.name)
+            with self._counts:
+                self.failed_replacements += 1
+            return
+        self.pool.replace(lease, fresh)
+        with self._counts:
+            self.replaced += 1
+        log.warning("model %r: replaced a runtime after the model failed on it", self.name)
