@@ -13,7 +13,8 @@ from typing import Any
 
 from engine import Handler, Schema, TensorSpec
 from service.routes.v2 import VERSION
-from service.v2codec import DATATYPES, metadata
+from service.v2codec import metadata
+from service.v2types import DATATYPES
 
 LISTED_BATCHES = 32  # the most v2 batch sizes the spec lists one by one (the module docstring says why)
 # orjson reads a larger JSON integer as a float, which is not an integer to the server.

@@ -1,5 +1,5 @@
 """ModelInfer's tensors: a request's inputs as named arrays, a prediction's outputs as a
-response, checked as the REST codec checks them (service/v2codec.py: same datatypes, same
+response, checked as the REST codec checks them (service/v2types.py: same datatypes, same
 metadata checks, same messages).
 
 Raw contents (``raw_input_contents``, what Triton's clients send) are viewed with
@@ -19,10 +19,10 @@ import numpy as np
 
 from engine.schema import Array
 from service.grpc_v2 import inference_pb2 as pb
-from service.v2codec import (
+from service.v2codec import UINT64_MAX
+from service.v2types import (
     DATATYPES,
     LITTLE,
-    UINT64_MAX,
     TensorMeta,
     bad,
     bytes_array,

@@ -21,7 +21,8 @@ from service.host import ModelHost
 from service.metrics import Metrics
 from service.rawasgi import BINARY, JSON, Answer, RawRoute, request_headers
 from service.timing import TIMEOUT_HEADER, deadline, record
-from service.v2codec import HEADER_LENGTH, TensorMeta, encode_response, metadata, parse_request
+from service.v2codec import HEADER_LENGTH, encode_response, metadata, parse_request
+from service.v2types import TensorMeta
 
 router = APIRouter(prefix="/v2", tags=["Open Inference Protocol v2"], responses=ERROR_RESPONSES)
 VERSION = "1"  # the version of the config's models; a repository's have their folders' numbers

@@ -8,7 +8,7 @@ import pytest
 from service.apierror import ApiError
 from service.grpc_v2 import inference_pb2 as pb
 from service.grpc_v2.tensors import decode, encode
-from service.v2codec import TensorMeta
+from service.v2types import TensorMeta
 
 EXPECTED = {"image": TensorMeta("FP32", (-1, 1, 8, 8))}
 
