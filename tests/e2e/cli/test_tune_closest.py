@@ -4,36 +4,19 @@ anything a winner, and writes closest.toml, which `serve --config` loads and ser
 
 from __future__ import annotations
 
-import json
-import subprocess
-import time
-
 import pytest
 
-from cli.tune_rank import DEFAULTS
-from cli.tune_space import Knobs
-from config import load_settings
-from harness.client import KeepAlive
-from harness.payloads import json_request
-from harness.server import INFERPOOL, inferpool_serve, launch
+from tests.e2e.cli.tune_run import SLACK, run_tune, serving_the_written_config
 
 BUDGET = 60.0
 P99_MS = 0.05  # 50 µs: no HTTP round trip here is that fast
-SLACK = 3.0  # the subprocess' own start and exit, beyond what the budget can see
 
 
 @pytest.fixture(scope="module")
 def missed(tmp_path_factory):
     out = tmp_path_factory.mktemp("tune-closest")
-    started = time.monotonic()
-    done = subprocess.run(
-        [INFERPOOL, "tune", "--model", "engine.zoo.mlp:build", "--runtime.auto-backends", '["eager", "onnxruntime"]',
-         "--p99-ms", str(P99_MS), "--concurrency", "4", "--budget", f"{BUDGET:g}s", "--trial-seconds", "2",
-         "--out", str(out)],
-        capture_output=True, text=True, timeout=BUDGET + 60,
-    )  # fmt: skip
-    elapsed = time.monotonic() - started
-    return done, elapsed, out, json.loads((out / "trials.json").read_text())
+    done, elapsed, report = run_tune(out, P99_MS, BUDGET)
+    return done, elapsed, out, report
 
 
 def test_it_exits_1_within_the_budget_and_names_the_closest(missed):
@@ -60,17 +43,5 @@ def test_serve_loads_closest_toml_and_serves_with_it(missed):
     path = out / "closest.toml"
     assert not (out / "tuned.toml").exists()
     assert path.read_text().startswith(f"# inferpool tune: no setting met p99 <= {P99_MS:g} ms; the closest: ")
-    settings = load_settings(path)
-    closest = next(t for t in report["trials"] if t["name"] == report["closest"])
-    expected = Knobs(**closest["knobs"])
-    if closest["name"] == DEFAULTS:
-        expected = expected.resolved(closest["served"])
-    assert Knobs.of(settings.runtime, settings.workers) == expected
-    with launch(inferpool_serve("--config", str(path)), name="closest", ready_timeout=120) as server:
-        client = KeepAlive(server.port)
-        try:
-            status, body = client.exchange(client.encode(json_request([0.5] * 64)))
-        finally:
-            client.close()
-        assert status == 200, body
-        assert len(json.loads(body)["outputs"]["logits"]) == 10
+    with serving_the_written_config(path, report, report["closest"]):
+        pass

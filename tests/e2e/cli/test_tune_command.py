@@ -4,40 +4,27 @@ serves with."""
 
 from __future__ import annotations
 
-import json
 import subprocess
-import time
 
 import pytest
 
 from cli.tune_rank import DEFAULTS, NOISE
-from cli.tune_space import Knobs
-from config import load_settings
-from harness.client import KeepAlive
 from harness.load import Workload, run_load
 from harness.payloads import json_request
-from harness.server import INFERPOOL, inferpool_serve, launch
+from harness.server import INFERPOOL
+from tests.e2e.cli.tune_run import SLACK, run_tune, serving_the_written_config
 
 BUDGET = 90.0
 P99_MS = 250.0
-SLACK = 3.0  # the subprocess' own start and exit, beyond what the budget can see
 
 
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory):
     out = tmp_path_factory.mktemp("tune")
-    started = time.monotonic()
-    # Two candidate backends keep the model timing short; 4 clients, a p99 any setting meets here.
-    # The budget has room for the defaults' server to start slowly on a busy machine, so that at least
-    # one tuned trial fits; the run ends sooner when the pruned space is done.
-    done = subprocess.run(
-        [INFERPOOL, "tune", "--model", "engine.zoo.mlp:build", "--runtime.auto-backends", '["eager", "onnxruntime"]',
-         "--p99-ms", str(P99_MS), "--concurrency", "4", "--budget", f"{BUDGET:g}s", "--trial-seconds", "2",
-         "--out", str(out)],
-        capture_output=True, text=True, timeout=BUDGET + 60,
-    )  # fmt: skip
-    elapsed = time.monotonic() - started
-    return done, elapsed, out, json.loads((out / "trials.json").read_text())
+    # A p99 any setting meets here. The budget has room for the defaults' server to start slowly on a
+    # busy machine, so that at least one tuned trial fits; the run ends sooner when the pruned space is done.
+    done, elapsed, report = run_tune(out, P99_MS, BUDGET)
+    return done, elapsed, out, report
 
 
 def test_it_completes_within_the_budget(tuned):
@@ -82,21 +69,7 @@ def test_the_winner_met_the_objective(tuned):
 def test_serve_loads_the_written_config_and_serves_with_it(tuned):
     _, _, out, report = tuned
     path = out / "tuned.toml"
-    settings = load_settings(path)
-    assert settings.model == "engine.zoo.mlp:build"
-    winner = next(t for t in report["trials"] if t["name"] == report["winner"])
-    expected = Knobs(**winner["knobs"])
-    if winner["name"] == DEFAULTS:
-        expected = expected.resolved(winner["served"])
-    assert Knobs.of(settings.runtime, settings.workers) == expected
-    with launch(inferpool_serve("--config", str(path)), name="tuned", ready_timeout=120) as server:
-        client = KeepAlive(server.port)
-        try:
-            status, body = client.exchange(client.encode(json_request([0.5] * 64)))
-        finally:
-            client.close()
-        assert status == 200, body
-        assert len(json.loads(body)["outputs"]["logits"]) == 10
+    with serving_the_written_config(path, report, report["winner"]) as server:
         # The packaged load generator's open loop, against the same server: on schedule, no error.
         window = run_load(server.port, Workload([json_request([0.5] * 64)], rate=200.0), warmup=0.3, duration=1.5)
         result = window.summary()
