@@ -4,8 +4,11 @@ once it cannot win, never started unless it can finish within the budget.
 
 A trial stops early when (after MIN_SAMPLES answers and a quarter of its time):
 - more than 1 % of its answers failed;
-- more answers were slower than the objective than 1 % of all it will answer (x TAIL_MARGIN):
-  its p99 can no longer come under the objective, whatever the rest of the run does;
+- once a trial has met the objective: more answers were slower than the objective than 1 % of
+  all it will answer (x TAIL_MARGIN), so its p99 can no longer come under it, whatever the rest
+  of the run does. While none has met, a trial that misses runs to its end: the closest is
+  ranked on whole trials (cli.tune_rank), and a quarter of one is too noisy to rank on (the
+  confirmation contradicted it: docs/BENCHMARKS.md, "inferpool tune (issue 20)");
 - in a closed loop, its throughput so far, even WIN_MARGIN higher, is below the best trial's
   that met the objective.
 The servers of the defaults and of the trial chosen so far (cli.tune_rank) stay up (idle) for
@@ -216,7 +219,7 @@ def early_stop(window: Window, seconds: float, load: Load, best: Summary | None)
         return ""
     if summary.errors > 0.01 * answers:
         return "errors"
-    if window.over(load.p99_seconds) > 0.01 * summary.throughput * seconds * TAIL_MARGIN:
+    if best is not None and window.over(load.p99_seconds) > 0.01 * summary.throughput * seconds * TAIL_MARGIN:
         return "p99 above objective"
     if load.concurrency is not None and best is not None and summary.throughput * (1 + WIN_MARGIN) < best.throughput:
         return "cannot win"
