@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from loadtest import soak
+from loadtest import soak, soak_mix
 
 SECONDS = float(os.environ.get("INFERPOOL_SOAK_SECONDS", "30"))
 CLIENTS = 4
@@ -30,7 +30,7 @@ def summary():
 def test_every_answer_is_the_expected_one(summary):
     assert summary["warmup"]["failures"] == 0, json.dumps(summary["warmup"]["failure_examples"], indent=1)
     assert summary["failures"] == 0, json.dumps(summary["failure_examples"], indent=1)
-    assert set(summary["by_kind"]) == set(soak.KINDS), "every kind of request must have been sent"
+    assert set(summary["by_kind"]) == set(soak_mix.KINDS), "every kind of request must have been sent"
     assert summary["requests"] >= 10 * SECONDS, "too few requests to call it a soak"
     for kind, statuses in summary["by_kind"].items():
         codes = {int(status) for status in statuses}  # a connection error ("error") fails here too

@@ -1,4 +1,4 @@
-"""The soak's classifier and figures (loadtest.soak), without a server.
+"""The soak's classifier (loadtest.soak_mix) and figures (loadtest.soak), without a server.
 
 Each of the answers below must count as a failure, or the soak proves nothing."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import httpx2
 
-from loadtest import soak
+from loadtest import soak, soak_mix
 
 
 def response(status: int, body: bytes = b"", **headers: str) -> httpx2.Response:
@@ -15,23 +15,23 @@ def response(status: int, body: bytes = b"", **headers: str) -> httpx2.Response:
 
 def test_the_classifier_flags_wrong_answers():
     labels = dict(enumerate(range(16)))
-    single = soak.Call("POST", "/predict", soak.OK, images=[3], single=True, answer="predict")
+    single = soak_mix.Call("POST", "/predict", soak_mix.OK, images=[3], single=True, answer="predict")
     error = b'{"error": "internal server error"}'
-    assert soak.check(single, response(200, b'{"outputs": {"label": 3}}'), labels) is None
-    assert "expected [3]" in str(soak.check(single, response(200, b'{"outputs": {"label": 4}}'), labels))
-    assert "unreadable" in str(soak.check(single, response(200, b'{"outputs": {}}'), labels))
-    assert "status 500" in str(soak.check(single, response(500, error), labels))
-    assert "status 503" in str(soak.check(single, response(503, error, **{"Retry-After": "1"}), labels))
+    assert soak_mix.check(single, response(200, b'{"outputs": {"label": 3}}'), labels) is None
+    assert "expected [3]" in str(soak_mix.check(single, response(200, b'{"outputs": {"label": 4}}'), labels))
+    assert "unreadable" in str(soak_mix.check(single, response(200, b'{"outputs": {}}'), labels))
+    assert "status 500" in str(soak_mix.check(single, response(500, error), labels))
+    assert "status 503" in str(soak_mix.check(single, response(503, error, **{"Retry-After": "1"}), labels))
 
-    late = soak.Call("POST", "/predict", soak.DEADLINE)
-    assert soak.check(late, response(504, b'{"error": "deadline"}'), labels) is None
-    assert soak.check(late, response(503, b'{"error": "late"}', **{"Retry-After": "1"}), labels) is None
-    assert "Retry-After" in str(soak.check(late, response(503, b'{"error": "late"}'), labels))
-    assert "without a JSON body" in str(soak.check(late, response(504, b"Gateway Timeout"), labels))
-    assert "status 200" in str(soak.check(late, response(200, b'{"outputs": {"label": 3}}'), labels))
+    late = soak_mix.Call("POST", "/predict", soak_mix.DEADLINE)
+    assert soak_mix.check(late, response(504, b'{"error": "deadline"}'), labels) is None
+    assert soak_mix.check(late, response(503, b'{"error": "late"}', **{"Retry-After": "1"}), labels) is None
+    assert "Retry-After" in str(soak_mix.check(late, response(503, b'{"error": "late"}'), labels))
+    assert "without a JSON body" in str(soak_mix.check(late, response(504, b"Gateway Timeout"), labels))
+    assert "status 200" in str(soak_mix.check(late, response(200, b'{"outputs": {"label": 3}}'), labels))
 
-    unknown = soak.Call("POST", "/predict/nope", frozenset({404}))
-    assert "without an error message" in str(soak.check(unknown, response(404, b'{"detail": "x"}'), labels))
+    unknown = soak_mix.Call("POST", "/predict/nope", frozenset({404}))
+    assert "without an error message" in str(soak_mix.check(unknown, response(404, b'{"detail": "x"}'), labels))
 
 
 def test_the_end_figure_is_the_median_of_the_last_samples():
