@@ -67,7 +67,8 @@ def create_app(settings: Settings, host: ModelHost | None = None) -> FastAPI:
         host.start()  # loads (or starts) and warms in the background; /health/ready says when done
         grpc = None
         if settings.grpc_port:
-            grpc = front_end(settings, host, metrics, activity, version)
+            # The supervisor sets app.state.control after create_app, before the server starts.
+            grpc = front_end(settings, host, metrics, activity, version, getattr(app.state, "control", None))
             await grpc.start()
         try:
             yield

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from functools import partial
 from typing import Any
 
 import grpc
@@ -20,6 +21,7 @@ from grpc_health.v1.health import aio as health_aio
 
 from config import Settings
 from service.auth import ApiKey
+from service.control import Control
 from service.grpc_v2.servicer import SERVICE, Servicer
 from service.host import ModelHost
 from service.metrics import Metrics
@@ -38,11 +40,20 @@ def address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def front_end(settings: Settings, host: ModelHost, metrics: Metrics, activity: Activity, version: str) -> GrpcFrontEnd:
+def front_end(
+    settings: Settings, host: ModelHost, metrics: Metrics, activity: Activity, version: str,
+    control: Control | None = None,
+) -> GrpcFrontEnd:  # fmt: skip
+    """``control``: the process's channel to the supervisor, for the repository methods (None
+    without a repository, or outside a supervisor)."""
     key = settings.api_key
     auth = None if key is None else ApiKey(key.get_secret_value(), settings.auth_exempt)
-    servicer = Servicer(host, metrics, activity, version=version, auth=auth, timeout_ms=settings.request_timeout_ms)
-    return GrpcFrontEnd(servicer, host, address(settings.host, settings.grpc_port), settings.max_body_bytes)
+    servicer = Servicer(
+        host, metrics, activity, version=version, auth=auth, timeout_ms=settings.request_timeout_ms, control=control
+    )
+    front = GrpcFrontEnd(servicer, host, address(settings.host, settings.grpc_port), settings.max_body_bytes)
+    servicer.retired = partial(front.retire, settings.drain_seconds)
+    return front
 
 
 class GrpcFrontEnd:
@@ -54,6 +65,7 @@ class GrpcFrontEnd:
         self.health = Health(host)
         self._server: grpc.aio.Server | None = None
         self._poller: asyncio.Task[None] | None = None
+        self._retiring: asyncio.Future[None] | None = None
 
     async def start(self) -> None:
         server = grpc.aio.server(
@@ -73,6 +85,13 @@ class GrpcFrontEnd:
         self._server = server
         self._poller = asyncio.create_task(self._follow_health())
         log.info("gRPC (v2 inference and health) listening on %s", self.bind)
+
+    def retire(self, grace: float) -> None:
+        """This process is replaced by a newer one: take no new calls (the clients reconnect, to
+        the new processes), and give those running ``grace`` seconds."""
+        if self._server is not None and self._retiring is None:
+            log.info("gRPC: replaced by a newer serving process, taking no new calls")
+            self._retiring = asyncio.ensure_future(self._server.stop(grace))
 
     async def stop(self, grace: float) -> None:
         """Refuse new calls, give those running ``grace`` seconds, then close."""

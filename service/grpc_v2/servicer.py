@@ -2,10 +2,11 @@
 
 Each method is wrapped once (``Servicer.handler``): the API key is checked (by the rule HTTP
 applies: service/auth.py), the call is timed and counted by method and status code, and any
-error becomes its gRPC status at that one place (service/grpc_v2/status.py). ModelInfer comes
-in through the door HTTP requests use (the ``Activity`` count, so shedding and the drain see
-both front ends), takes its deadline from the gRPC deadline or the v2 "timeout" parameter, and
-reports its phases like the REST route.
+error becomes its gRPC status at that one place (service/grpc_v2/status.py). ModelInfer and
+the repository methods (service/grpc_v2/repository.py) come in through the door HTTP's POSTs use
+(the ``Activity`` count, so shedding, the drain and a retiring process see both front ends).
+ModelInfer takes its deadline from the gRPC deadline or the v2 "timeout" parameter, and reports
+its phases like the REST route.
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ import grpc
 from engine import NotReady, Overloaded
 from engine.requests import request_id
 from service.auth import ApiKey
+from service.control import Control
 from service.errors import ErrorAnswer, answer_for
 from service.grpc_v2 import inference_pb2 as pb
 from service.grpc_v2 import tensors
-from service.grpc_v2.status import code_of, status_of
+from service.grpc_v2.repository import Repository
+from service.grpc_v2.status import Refused, code_of, status_of
 from service.host import ModelHost
 from service.metrics import Inference, Metrics
 from service.middleware import Activity, client_request_id, request_ids
@@ -44,13 +47,14 @@ UNAUTHENTICATED = ErrorAnswer(
 )
 # The REST twins of the methods that can be exempt from the API key: a method is exempt when
 # its twin is (auth_exempt). The standard health service never asks for it: probes carry no secret.
+# The repository methods have no twin here: they need the key whenever one is set, as REST's do.
 REST_TWIN = {"ServerLive": "/v2/health/live", "ServerReady": "/v2/health/ready"}
 
 
 class Servicer:
     def __init__(
         self, host: ModelHost, metrics: Metrics, activity: Activity, *, version: str, auth: ApiKey | None,
-        timeout_ms: float,
+        timeout_ms: float, control: Control | None = None,
     ) -> None:  # fmt: skip
         self.host = host
         self.metrics = metrics
@@ -58,17 +62,32 @@ class Servicer:
         self.version = version
         self.auth = auth
         self.timeout_ms = timeout_ms
+        self.repository = Repository(control)
+        self.retired: Callable[[], None] = lambda: None
+        """Called when a call ends in a process that a newer one replaces (set by the front end)."""
         self.expected = ExpectedInputs()
         self._ids = request_ids(itertools.count(), tag="g")  # "g": HTTP's ids count on their own serial
 
     def handlers(self) -> grpc.GenericRpcHandler:
+        repository = self.repository
         methods: dict[str, tuple[Method, Any, Any]] = {
             "ServerLive": (self.server_live, pb.ServerLiveRequest, pb.ServerLiveResponse),
             "ServerReady": (self.server_ready, pb.ServerReadyRequest, pb.ServerReadyResponse),
             "ModelReady": (self.model_ready, pb.ModelReadyRequest, pb.ModelReadyResponse),
             "ServerMetadata": (self.server_metadata, pb.ServerMetadataRequest, pb.ServerMetadataResponse),
             "ModelMetadata": (self.model_metadata, pb.ModelMetadataRequest, pb.ModelMetadataResponse),
-            "ModelInfer": (self.model_infer, pb.ModelInferRequest, pb.ModelInferResponse),
+            "ModelInfer": (self.admitted(self.model_infer), pb.ModelInferRequest, pb.ModelInferResponse),
+            "RepositoryIndex": (self.admitted(repository.index), pb.RepositoryIndexRequest, pb.RepositoryIndexResponse),
+            "RepositoryModelLoad": (
+                self.admitted(repository.load),
+                pb.RepositoryModelLoadRequest,
+                pb.RepositoryModelLoadResponse,
+            ),
+            "RepositoryModelUnload": (
+                self.admitted(repository.unload),
+                pb.RepositoryModelUnloadRequest,
+                pb.RepositoryModelUnloadResponse,
+            ),
         }
         return grpc.method_handlers_generic_handler(
             SERVICE,
@@ -92,12 +111,12 @@ class Servicer:
             try:
                 if auth is not None and not auth.admits(path, context.invocation_metadata() or ()):
                     self.metrics.observe_error("auth")
-                    raise _Refused(UNAUTHENTICATED)
+                    raise Refused(UNAUTHENTICATED)
                 return await method(request, context)
             except asyncio.CancelledError:  # the caller went away or its deadline passed
                 code = "CANCELLED"
                 raise
-            except _Refused as refused:
+            except Refused as refused:
                 code = code_of(refused.answer).name
                 await context.abort_with_status(status_of(refused.answer))
             except Exception as exc:  # every error becomes a status here
@@ -110,6 +129,13 @@ class Servicer:
                 await context.abort_with_status(status_of(answer))
             finally:
                 self.metrics.observe_rpc(name, code, time.perf_counter() - started, _inference.get())
+                # Closing without a drain: retired (service/retire.py), which the supervisor says
+                # before it answers a load or unload this process asked. HTTP answers then say
+                # Connection: close; gRPC's counterpart is to stop taking calls (GOAWAY), so that
+                # the caller's next call goes to a process that serves the new set.
+                if self.activity.closing and not self.host.draining:
+                    self.retired()
+                    await asyncio.sleep(0)  # the stop sends its GOAWAY before this call's answer
 
         return handle
 
@@ -139,19 +165,25 @@ class Servicer:
                 getattr(response, field).add(name=tensor["name"], datatype=tensor["datatype"], shape=tensor["shape"])
         return response
 
-    async def model_infer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
+    def admitted(self, method: Method) -> Method:
+        """``method`` behind the door: refused when the process holds its limit already, and
+        counted while it runs (a retiring process waits for it before it exits)."""
         activity = self.activity
-        limit = activity.limit
-        if limit is not None and activity.active >= limit:
-            self.metrics.observe_error("load_shed")
-            raise Overloaded(f"the server holds {limit} requests already; retry later or elsewhere")
-        activity.active += 1
-        try:
-            return await self._infer(request, context)
-        finally:
-            activity.active -= 1
 
-    async def _infer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
+        async def counted(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            limit = activity.limit
+            if limit is not None and activity.active >= limit:
+                self.metrics.observe_error("load_shed")
+                raise Overloaded(f"the server holds {limit} requests already; retry later or elsewhere")
+            activity.active += 1
+            try:
+                return await method(request, context)
+            finally:
+                activity.active -= 1
+
+        return counted
+
+    async def model_infer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
         received = time.perf_counter()
         rid = client_request_id(context.invocation_metadata() or ()) or request.id or next(self._ids)
         request_id.set(rid)
@@ -181,9 +213,3 @@ class Servicer:
         _inference.set(inference)
         self.metrics.refresh(model)
         return response
-
-
-class _Refused(Exception):
-    def __init__(self, answer: ErrorAnswer) -> None:
-        super().__init__(answer.message)
-        self.answer = answer

@@ -15,7 +15,12 @@ from service.errors import ErrorAnswer
 CODES: dict[int, grpc.StatusCode] = {
     400: grpc.StatusCode.INVALID_ARGUMENT,
     401: grpc.StatusCode.UNAUTHENTICATED,
+    403: grpc.StatusCode.PERMISSION_DENIED,  # model control is off (the repository's load and unload)
     404: grpc.StatusCode.NOT_FOUND,
+    # A model set over the CPU budget. Not RESOURCE_EXHAUSTED: clients and retry policies take
+    # that for a passing shortage worth retrying (and here it is already a message too large),
+    # while this call fails the same way until the served set changes (unload a model first).
+    409: grpc.StatusCode.FAILED_PRECONDITION,
     413: grpc.StatusCode.RESOURCE_EXHAUSTED,
     422: grpc.StatusCode.INVALID_ARGUMENT,
     500: grpc.StatusCode.INTERNAL,
@@ -40,3 +45,13 @@ def status_of(answer: ErrorAnswer) -> grpc.Status:
         detail.Pack(error_details_pb2.RetryInfo(retry_delay=Duration(seconds=int(retry_after))))
         status.details.append(detail)
     return rpc_status.to_status(status)
+
+
+class Refused(Exception):
+    """A call answered with ``answer`` as it is: the refusal was counted, if at all, where it
+    was decided (the key check; the supervisor's answer to a repository call, which REST does
+    not count either)."""
+
+    def __init__(self, answer: ErrorAnswer) -> None:
+        super().__init__(answer.message)
+        self.answer = answer

@@ -34,7 +34,12 @@ router = APIRouter(prefix="/v2/repository", tags=["Model repository"], responses
 
 
 def _control(request: Request, changes: bool) -> Control:
-    found: Control | None = getattr(request.app.state, "control", None)
+    return control_for(getattr(request.app.state, "control", None), changes)
+
+
+def control_for(found: Control | None, changes: bool) -> Control:
+    """The channel for a repository call (``changes``: a load or unload), or the error REST and
+    gRPC both answer (service/grpc_v2/repository.py)."""
     if found is None:
         message = "this server has no model repository; start it with --model-repository DIR"
         raise ApiError(404, message, "no_repository")
