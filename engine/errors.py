@@ -6,6 +6,9 @@ label values stay bounded).
 
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 
 class EngineError(Exception):
     """Base of every error the engine raises on purpose."""
@@ -83,3 +86,14 @@ class DeadlineExceeded(EngineError):
     caller stopped waiting; the run finished in the background)."""
 
     reason = "deadline"
+
+
+def import_optional(package: str, needed_by: str, install: str) -> Any:
+    """``package``, imported; a ModelLoadError saying who needs it and how to install it (the
+    ``install`` hint) when it is not installed."""
+    try:
+        return importlib.import_module(package)
+    except ImportError as exc:
+        raise ModelLoadError(
+            f"{needed_by} needs the {package!r} package, which is not installed ({exc}); install it with: {install}"
+        ) from exc

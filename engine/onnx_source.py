@@ -12,14 +12,13 @@ serving options replaces this module's own, so that the weights are held once.
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from engine.errors import ModelLoadError
+from engine.errors import ModelLoadError, import_optional
 from engine.module import InferenceModule
 from engine.spec import ModelSpec
 
@@ -40,13 +39,7 @@ EXAMPLE_DYNAMIC = 1  # other symbolic dimensions (a sequence length): any size d
 
 
 def _onnxruntime() -> Any:
-    try:
-        return importlib.import_module("onnxruntime")
-    except ImportError as exc:
-        raise ModelLoadError(
-            f"an ONNX model needs the 'onnxruntime' package, which is not installed ({exc}); "
-            "install it with: pip install 'inferpool[onnx]'"
-        ) from exc
+    return import_optional("onnxruntime", "an ONNX model", "pip install 'inferpool[onnx]'")
 
 
 def _load_options() -> Any:

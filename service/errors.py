@@ -17,8 +17,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from engine import DeadlineExceeded, EngineError, InvalidInput, ModelFailed, ModelLoadError, NotReady, Overloaded
-from service.apierror import ApiError
-from service.apierror import error_body as error_body  # re-exported: the ASGI writers import it from here
+from service.apierror import ApiError, error_body
 from service.metrics import Metrics
 
 log = logging.getLogger(__name__)

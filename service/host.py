@@ -48,12 +48,10 @@ class ModelHost:
         self.models: dict[str, EngineClient] = {}
         """Each name's latest version."""
         self.versions: dict[str, dict[str, EngineClient]] = {}
-        self._version_of: dict[int, str] = {}  # id(model): a process's models never change
-        self._label_of: dict[int, str] = {}  # id(model): its version label (ModelPlan.version_label)
         self.generation = 0
         """How many times the supervisor changed the model set: a forked process serves the set
         of the generation it was forked at, and readiness per version compares them."""
-        self._plan_of: dict[int, ModelPlan] = {}
+        self._plan_of: dict[int, ModelPlan] = {}  # id(model): a process's models never change
         self.default: EngineClient | None = None
         self.error: str | None = None
         self.draining = False  # set on SIGTERM: new requests are refused, accepted ones finish
@@ -101,7 +99,7 @@ class ModelHost:
         if default is None or self.stopping:
             raise NotReady(f"model is not ready ({self.status}{': ' + self.error if self.error else ''})")
         if name is None:
-            model_served.set((default.name, self._label_of.get(id(default), "")))
+            model_served.set((default.name, self.version_label(default)))
             return default
         try:
             versions = self.versions[name]
@@ -115,15 +113,17 @@ class ModelHost:
             raise ApiError(
                 404, f"model {name!r} has no version {version!r}; it has {sorted(versions, key=int)}", "unknown_model"
             ) from None
-        model_served.set((found.name, self._label_of.get(id(found), "")))  # this request's logs and metrics
+        model_served.set((found.name, self.version_label(found)))  # this request's logs and metrics
         return found
 
     def version_of(self, model: EngineClient) -> str:
-        return self._version_of.get(id(model), STATIC_VERSION)
+        plan = self._plan_of.get(id(model))
+        return STATIC_VERSION if plan is None else plan.version
 
     def version_label(self, model: EngineClient) -> str:
         """``model``'s version as metrics and logs label it (ModelPlan.version_label)."""
-        return self._label_of.get(id(model), "")
+        plan = self._plan_of.get(id(model))
+        return "" if plan is None else plan.version_label
 
     def ready(self, model: EngineClient) -> bool:
         """``model`` (a version this process serves) takes requests whichever serving process gets
@@ -224,11 +224,8 @@ class ModelHost:
     def _index(self, loaded: dict[Key, ServedModel]) -> None:
         """By name and version, and each name's latest version (the highest number)."""
         self._plan_of = {id(model): self._plans[key] for key, model in loaded.items()}
-        for key, model in loaded.items():
-            version = key[1]
+        for (_, version), model in loaded.items():
             self.versions.setdefault(model.name, {})[version] = model
-            self._version_of[id(model)] = version
-            self._label_of[id(model)] = self._plans[key].version_label
         self.models = {name: by[max(by, key=int)] for name, by in self.versions.items()}
         log.info(
             "serving %s", ", ".join(f"{name} versions {sorted(by, key=int)}" for name, by in self.versions.items())

@@ -12,8 +12,9 @@ from collections.abc import Iterable
 
 from starlette.types import Receive, Scope, Send
 
+from service.apierror import error_body
 from service.codec import Disconnected
-from service.errors import ErrorAnswer, answer_for, error_body, unexpected
+from service.errors import ErrorAnswer, answer_for, unexpected
 from service.host import ModelHost
 from service.metrics import Metrics
 

@@ -21,7 +21,6 @@ Figures: docs/BENCHMARKS.md, "Figures moved from the code".
 from __future__ import annotations
 
 import hashlib
-import importlib
 import inspect
 import logging
 import os
@@ -48,7 +47,7 @@ from engine.compile_cache import (
     tensor_parts,
     write_atomically,
 )
-from engine.errors import ModelLoadError
+from engine.errors import ModelLoadError, import_optional
 from engine.module import InferenceModule
 from engine.options import RuntimeOptions
 from engine.schema import Array, TensorSpec
@@ -75,13 +74,7 @@ _EXPORTER_REGISTRY_LOGGER = "torch.onnx._internal.exporter._registration"
 
 
 def require(package: str) -> Any:
-    try:
-        return importlib.import_module(package)
-    except ImportError as exc:
-        raise ModelLoadError(
-            f"backend 'onnxruntime' needs the {package!r} package, which is not installed ({exc}); "
-            f"install it with: {INSTALL_HINT}, or use backend 'eager'"
-        ) from exc
+    return import_optional(package, "backend 'onnxruntime'", f"{INSTALL_HINT}, or use backend 'eager'")
 
 
 @dataclass(frozen=True)
