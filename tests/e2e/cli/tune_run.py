@@ -35,6 +35,15 @@ def run_tune(out: Path, p99_ms: float, budget: float) -> tuple[subprocess.Comple
     return done, elapsed, json.loads((out / "trials.json").read_text())
 
 
+def assert_ended(
+    done: subprocess.CompletedProcess[str], elapsed: float, report: dict[str, Any], code: int, budget: float
+) -> None:
+    """The run exited with ``code``, within ``budget`` as the caller and as tune itself timed it."""
+    assert done.returncode == code, done.stdout[-3000:] + done.stderr[-3000:]
+    assert elapsed <= budget + SLACK
+    assert report["seconds_used"] <= budget
+
+
 @contextmanager
 def serving_the_written_config(path: Path, report: dict[str, Any], chosen: str) -> Iterator[Server]:
     """A server started with ``path``, after checking it holds trial ``chosen``'s settings; the
