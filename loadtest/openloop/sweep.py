@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import os
 import resource
+import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from harness.payloads import Payload
@@ -23,13 +25,30 @@ def loop_runner() -> asyncio.Runner:
     return asyncio.Runner(loop_factory=uvloop.new_event_loop)
 
 
+@contextmanager
+def _interrupts_held() -> Iterator[None]:
+    """Ctrl-C and SIGTERM (loadtest.run raises KeyboardInterrupt for both) delivered after the
+    block, not inside it: raised inside an event loop's teardown, the interrupt left the loop
+    half-closed ("Cannot close a running event loop") and the run ended with a traceback
+    instead of writing the finished runs."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
 def run_one(config: RunConfig, server_pid: int | None = None) -> dict[str, Any]:
     """Run one rate or concurrency; returns its report (with the generator's CPU use)."""
     before = resource.getrusage(resource.RUSAGE_SELF)
     server_before = tree_cpu_seconds(server_pid) if server_pid else 0.0
     wall = time.perf_counter()
-    with loop_runner() as runner:
+    runner = loop_runner()
+    try:
         record, t0, t_end = runner.run(run(config))
+    finally:
+        with _interrupts_held():
+            runner.close()
     wall = time.perf_counter() - wall
     after = resource.getrusage(resource.RUSAGE_SELF)
     report = summarize(config, record, t0, t_end)
