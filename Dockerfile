@@ -48,6 +48,8 @@ COPY service/ service/
 COPY config/ config/
 COPY cli/ cli/
 COPY harness/ harness/
+# The one import name: symlinks to the folders above, followed by setuptools into the wheel.
+COPY inferpool/ inferpool/
 # A regular (non-editable) install: the packages, the committed digits weights and
 # default.toml go into the venv's site-packages; the source tree stays in this stage.
 RUN pip install .

@@ -9,10 +9,11 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from config import Settings, error_lines, load_settings
-from engine import ConfigError
-from engine.threads import plan_threads
-from service.host import plans, sized
+from inferpool.config import Settings, error_lines, load_settings
+from inferpool.config.paths import make_importable
+from inferpool.engine import ConfigError
+from inferpool.engine.threads import plan_threads
+from inferpool.service.host import plans, sized
 
 CONFIG_HELP = "TOML config file (default: config/default.toml)"
 SETTINGS_ERRORS = (ValidationError, ConfigError, FileNotFoundError, ValueError)
@@ -28,7 +29,9 @@ def settings_from_argv(
     """``serve``'s settings from ``--config`` and the remaining flags, passed through ``then``
     (a check or a sizing); on a bad value, one line per problem on stderr and exit status 2."""
     try:
-        return then(load_settings(args.config, list(rest)))
+        settings = load_settings(args.config, list(rest))
+        make_importable(settings.app_dir)
+        return then(settings)
     except SETTINGS_ERRORS as exc:
         refuse(prog, exc)
         return 2

@@ -37,18 +37,18 @@ from typing import Any
 import grpc
 import uvloop
 
-from cli.argv import config_argument, refuse, settings_from_argv
-from cli.bench_report import format_table, summarize
-from config import Settings
-from engine import ConfigError, EngineError, ServedModel
-from harness.client import KeepAlive
-from harness.payloads import Payload, grpc_request, json_request, v2_request
-from harness.server import free_port, inferpool_serve, launch, python_module
-from service.host import plans, sized
+from inferpool.cli.argv import config_argument, refuse, settings_from_argv
+from inferpool.cli.bench_report import format_table, summarize
+from inferpool.config import Settings
+from inferpool.engine import ConfigError, EngineError, ServedModel
+from inferpool.harness.client import KeepAlive
+from inferpool.harness.payloads import Payload, grpc_request, json_request, v2_request
+from inferpool.harness.server import free_port, inferpool_serve, launch, python_module
+from inferpool.service.host import plans, sized
 
 REFERENCE_PHASE = "bare_asgi"  # reported apart from the server's own phases
-SERVE = (sys.executable, "-m", "cli.main")  # this interpreter's InferPool, whatever is on PATH
-REFERENCE = "service.bench_reference"  # the bare ASGI app the bench compares with
+SERVE = (sys.executable, "-m", "inferpool.cli.main")  # this interpreter's InferPool, whatever is on PATH
+REFERENCE = "inferpool.service.bench_reference"  # the bare ASGI app the bench compares with
 MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"
 Phase = Callable[[int, float], list[float]]
 """(most calls, seconds allowed) -> seconds per call."""

@@ -7,7 +7,7 @@ It takes exactly the settings ``serve`` takes (same config file, flags and envir
 the cache keys cover the options that shape the artifacts: compile and serve with the same ones.
 It sizes the processes and plans each model's threads as ``serve`` does (refusing the same
 budgets), and builds and checks every artifact under the threads ``serve`` loads with
-(engine.threads.apply_loading_plan), so that serving finds exactly what was built here.
+(inferpool.engine.threads.apply_loading_plan), so that serving finds exactly what was built here.
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from cli.argv import config_argument, planned, settings_from_argv
-from engine import ConfigError, ModelLoadError
-from engine.compile_cache import cache_dir
-from engine.options import AUTO_CANDIDATES, RuntimeOptions
-from engine.sources import required_backend
-from engine.threads import apply_loading_plan
-from service.host import plans
+from inferpool.cli.argv import config_argument, planned, settings_from_argv
+from inferpool.engine import ConfigError, ModelLoadError
+from inferpool.engine.compile_cache import cache_dir
+from inferpool.engine.options import AUTO_CANDIDATES, RuntimeOptions
+from inferpool.engine.sources import required_backend
+from inferpool.engine.threads import apply_loading_plan
+from inferpool.service.host import plans
 
 AOTI, ONNX = "aoti", "onnxruntime"
 Progress = Callable[[str], None]
@@ -44,7 +44,7 @@ def artifacts(options: RuntimeOptions) -> tuple[str, ...]:
 
 
 def _aoti(source: str, options: RuntimeOptions, progress: Progress) -> None:
-    from engine.backends.aoti.compile import compile_model
+    from inferpool.engine.backends.aoti.compile import compile_model
 
     packages = compile_model(source, replace(options, backend=AOTI), progress)
     fresh = sum(p.compile_seconds is not None for p in packages)
@@ -52,7 +52,7 @@ def _aoti(source: str, options: RuntimeOptions, progress: Progress) -> None:
 
 
 def _onnx(source: str, options: RuntimeOptions, progress: Progress) -> None:
-    from engine.backends.onnxruntime import compile_model
+    from inferpool.engine.backends.onnxruntime import compile_model
 
     exported = compile_model(source, options, progress)
     how = "from the cache" if exported.export_seconds is None else "exported now"

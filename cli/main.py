@@ -5,10 +5,10 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
-from cli.bench import bench_main
-from cli.compile import compile_main
-from cli.serve import serve
-from cli.tune import tune_main
+from inferpool.cli.bench import bench_main
+from inferpool.cli.compile import compile_main
+from inferpool.cli.serve import serve
+from inferpool.cli.tune import tune_main
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,10 +10,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from cli.argv import config_argument, planned, settings_from_argv
-from config import Settings
-from service.logs import configure_logging
-from service.protocol import guarded_protocol
+from inferpool.cli.argv import config_argument, planned, settings_from_argv
+from inferpool.config import Settings
+from inferpool.service.logs import configure_logging
+from inferpool.service.protocol import guarded_protocol
 
 log = logging.getLogger("inferpool")
 
@@ -28,7 +28,7 @@ def serve(argv: list[str]) -> int:
         return settings
     configure_logging(settings.log_level, settings.log_format)
     metrics_dir = _share_metrics(settings)
-    from service.supervisor import Supervisor  # after _share_metrics: prometheus-client reads it at import
+    from inferpool.service.supervisor import Supervisor  # after _share_metrics: prometheus-client reads it at import
 
     options = {
         "loop": "uvloop",

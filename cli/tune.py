@@ -28,22 +28,22 @@ import tempfile
 import time
 from pathlib import Path
 
-from cli.argv import config_argument, refuse, settings_from_argv
-from cli.tune_budget import Budget, format_seconds, parse_duration
-from cli.tune_confirm import Confirmation, confirm, reserve, shortest
-from cli.tune_costs import CostMeter, Costs, batch_sizes, measure_costs
-from cli.tune_progress import Progress
-from cli.tune_rank import DEFAULTS
-from cli.tune_report import confirmation_lines, format_table, verdict, write_results
-from cli.tune_space import Knobs, Load, build_space, calibrate, keep_backends, rerank
-from cli.tune_trials import Plan, Trial, Trials
-from config import Settings
-from engine import EngineError
-from engine.options import AUTO_CANDIDATES
-from engine.threads import usable_cpus
-from harness.load import Workload
-from harness.payloads import JSON, Payload, json_request
-from service.host import sized
+from inferpool.cli.argv import config_argument, refuse, settings_from_argv
+from inferpool.cli.tune_budget import Budget, format_seconds, parse_duration
+from inferpool.cli.tune_confirm import Confirmation, confirm, reserve, shortest
+from inferpool.cli.tune_costs import CostMeter, Costs, batch_sizes, measure_costs
+from inferpool.cli.tune_progress import Progress
+from inferpool.cli.tune_rank import DEFAULTS
+from inferpool.cli.tune_report import confirmation_lines, format_table, verdict, write_results
+from inferpool.cli.tune_space import Knobs, Load, build_space, calibrate, keep_backends, rerank
+from inferpool.cli.tune_trials import Plan, Trial, Trials
+from inferpool.config import Settings
+from inferpool.engine import EngineError
+from inferpool.engine.options import AUTO_CANDIDATES
+from inferpool.engine.threads import usable_cpus
+from inferpool.harness.load import Workload
+from inferpool.harness.payloads import JSON, Payload, json_request
+from inferpool.service.host import sized
 
 COSTS_SHARE = 0.2  # of the budget, at most, for timing the model here
 MAX_BATCH = 64
@@ -149,7 +149,7 @@ def _search(trials: Trials, costs: Costs, settings: Settings, out: Path, progres
     served = defaults.knobs.resolved(defaults.served)
     space = build_space(costs, load, 1 + len(settings.models), settings.runtime.oversubscribe, served)
     space = rerank(space, costs, load, calibrate(served, costs, load, defaults.summary.throughput))
-    # Its throughput calibrated the model (cli.tune_space.calibrate): no prediction of its own.
+    # Its throughput calibrated the model (inferpool.cli.tune_space.calibrate): no prediction of its own.
     progress.say(f"search: {len(space.candidates)} settings survive pruning, of a {space.grid}-point grid")
     for reason in space.reasons:
         progress.say(f"  {reason}")

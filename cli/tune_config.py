@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from cli.tune_space import Knobs
-from config import Settings
+from inferpool.cli.tune_space import Knobs
+from inferpool.config import Settings
 
 NEVER_WRITTEN = {"api_key"}
 """Secrets stay in the environment (INFERPOOL_API_KEY), never in a file."""

@@ -6,16 +6,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cli.tune_budget import Budget
-from cli.tune_progress import Progress
-from cli.tune_space import Load
-from harness.load import Summary, Window, Workload, run_load
+from inferpool.cli.tune_budget import Budget
+from inferpool.cli.tune_progress import Progress
+from inferpool.cli.tune_space import Load
+from inferpool.harness.load import Summary, Window, Workload, run_load
 
 ROUNDS = 4
 WARMUP = 0.5  # per slice: the connections open and the first requests settle
 OVERHEAD = 0.25
 """Per slice, beyond its warm-up and measuring: a fresh event loop, the connections opened
-before the clock starts and the clients cancelled after it stops (harness.load.drive)."""
+before the clock starts and the clients cancelled after it stops (inferpool.harness.load.drive)."""
 MIN_SLICE = 0.5
 MAX_SLICE = 5.0
 

@@ -1,7 +1,7 @@
 """What one model call costs here, per backend, intra-op threads and batch size, measured once
 in this process on one runtime (no server): the figures ``inferpool tune`` prunes its search
 with. Each backend is compiled and checked against eager PyTorch by the same code as ``auto``
-(engine.backends.autoselect.choose), so a backend that cannot serve the model is dropped with
+(inferpool.engine.backends.autoselect.choose), so a backend that cannot serve the model is dropped with
 its reason. Also measured: the share of a batch-1 call that holds the GIL, which says whether
 worker threads and several runtimes per process can overlap calls at all.
 """
@@ -17,12 +17,12 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import torch
 
-from engine import BACKENDS, InferenceModule, RuntimeOptions, load_model
-from engine.backends.autoselect import choose
-from engine.backends.base import Runtime
-from engine.gil_probe import measure_gil_hold
-from engine.handlers import load_handler
-from engine.schema import Array
+from inferpool.engine import BACKENDS, InferenceModule, RuntimeOptions, load_model
+from inferpool.engine.backends.autoselect import choose
+from inferpool.engine.backends.base import Runtime
+from inferpool.engine.gil_probe import measure_gil_hold
+from inferpool.engine.handlers import load_handler
+from inferpool.engine.schema import Array
 
 log = logging.getLogger(__name__)
 

@@ -26,8 +26,8 @@ from typing import Generic, Protocol, TypeVar
 
 import numpy as np
 
-from cli.tune_space import KEEP_UP, Load
-from harness.load import Summary
+from inferpool.cli.tune_space import KEEP_UP, Load
+from inferpool.harness.load import Summary
 
 DEFAULTS = "defaults"  # the name of the trial of the settings as given, untuned
 
@@ -60,7 +60,7 @@ def miss(summary: Summary, load: Load) -> float:
 
 
 class Ranked(Protocol):
-    """What ranking needs of a trial (cli.tune_trials.Trial)."""
+    """What ranking needs of a trial (inferpool.cli.tune_trials.Trial)."""
 
     name: str
     met: bool

@@ -10,14 +10,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from cli.tune_config import write_config
-from cli.tune_confirm import Confirmation
-from cli.tune_costs import Costs
-from cli.tune_rank import DEFAULTS, Choice, describe_miss, miss
-from cli.tune_space import Load
-from cli.tune_trials import Trial, Trials
-from config import Settings
-from harness.load import Summary
+from inferpool.cli.tune_config import write_config
+from inferpool.cli.tune_confirm import Confirmation
+from inferpool.cli.tune_costs import Costs
+from inferpool.cli.tune_rank import DEFAULTS, Choice, describe_miss, miss
+from inferpool.cli.tune_space import Load
+from inferpool.cli.tune_trials import Trial, Trials
+from inferpool.config import Settings
+from inferpool.harness.load import Summary
 
 COLUMNS = (
     f"{'trial':<9}{'backend':<22}{'procs':>5}{'rt':>4}{'thr':>4}  {'dispatch':<15}{'batch':>5}{'delay us':>9}"
@@ -26,7 +26,7 @@ COLUMNS = (
 
 
 def format_table(trials: Sequence[Trial], choice: Choice[Trial] | None = None) -> str:
-    """One row a trial; ``±`` is its p99's noise (cli.tune_rank.p99_noise); the chosen one is
+    """One row a trial; ``±`` is its p99's noise (inferpool.cli.tune_rank.p99_noise); the chosen one is
     marked winner, or closest when none met the objective."""
     mark = "" if choice is None else "  <- winner" if choice.met else "  <- closest"
     return "\n".join([COLUMNS, *(_row(t) + (mark if choice and t is choice.chosen else "") for t in trials)])
@@ -185,7 +185,7 @@ def write_results(
         "closest": None if chosen is not None or best is None else best.name,
         "closest_miss": None
         if chosen is not None or best is None or best.summary is None
-        else round(miss(best.summary, load), 3),  # p99 over the objective's (cli.tune_rank.miss)
+        else round(miss(best.summary, load), 3),  # p99 over the objective's (inferpool.cli.tune_rank.miss)
         "confirmation": None if confirmation is None else asdict(confirmation),
         "seconds_used": round(trials.budget.used(), 1),
         "budget_seconds": trials.budget.seconds,

@@ -1,4 +1,4 @@
-"""The search space of ``inferpool tune``, pruned by the measured costs (cli.tune_costs) instead
+"""The search space of ``inferpool tune``, pruned by the measured costs (inferpool.cli.tune_costs) instead
 of walked as a grid, and ordered by a simple throughput model so that the budget goes to the
 settings likeliest to win first.
 
@@ -12,7 +12,7 @@ Pruning rules (each one says why a setting cannot help on this model, machine an
   a batch can fill (``useful_batches`` says why); the queue delay is one such call, or a
   quarter of it;
 - processes x runtimes: no more parallel slots than requests outstanding; processes x
-  runtimes x threads within the CPU budget (engine.threads);
+  runtimes x threads within the CPU budget (inferpool.engine.threads);
 - several runtimes per process and worker threads only for calls that release the GIL (or are
   too long to run on the event loop); inline only with one runtime and no batching.
 """
@@ -24,10 +24,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from cli.tune_costs import Costs
-from engine.dispatch_choice import HELD_SHARE, LONG_CALL_US
-from engine.options import RuntimeOptions
-from harness.load import Summary
+from inferpool.cli.tune_costs import Costs
+from inferpool.engine.dispatch_choice import HELD_SHARE, LONG_CALL_US
+from inferpool.engine.options import RuntimeOptions
+from inferpool.harness.load import Summary
 
 KEEP_RATIO = 1.3
 THREADS_GAIN = 1.3
@@ -129,7 +129,7 @@ class Candidate:
     predicted: float  # requests per second
     refines: Knobs | None = None
     """The setting this one only refines (the same with the longer queue delay): worth a trial
-    only if that one leads (see cli.tune)."""
+    only if that one leads (see inferpool.cli.tune)."""
 
 
 @dataclass(frozen=True)

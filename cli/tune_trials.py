@@ -1,5 +1,5 @@
-"""One trial of ``inferpool tune``: a real ``inferpool serve`` on a free port (harness.server) with
-one point of the search space, loaded by the packaged load generator (harness.load), stopped early
+"""One trial of ``inferpool tune``: a real ``inferpool serve`` on a free port (inferpool.harness.server) with
+one point of the search space, loaded by the packaged load generator (inferpool.harness.load), stopped early
 once it cannot win, never started unless it can finish within the budget.
 
 A trial stops early when (after MIN_SAMPLES answers and a quarter of its time):
@@ -7,11 +7,11 @@ A trial stops early when (after MIN_SAMPLES answers and a quarter of its time):
 - once a trial has met the objective: more answers were slower than the objective than 1 % of
   all it will answer (x TAIL_MARGIN), so its p99 can no longer come under it, whatever the rest
   of the run does. While none has met, a trial that misses runs to its end: the closest is
-  ranked on whole trials (cli.tune_rank), and a quarter of one is too noisy to rank on (the
+  ranked on whole trials (inferpool.cli.tune_rank), and a quarter of one is too noisy to rank on (the
   confirmation contradicted it: docs/BENCHMARKS.md, "inferpool tune (issue 20)");
 - in a closed loop, its throughput so far, even WIN_MARGIN higher, is below the best trial's
   that met the objective.
-The servers of the defaults and of the trial chosen so far (cli.tune_rank) stay up (idle) for
+The servers of the defaults and of the trial chosen so far (inferpool.cli.tune_rank) stay up (idle) for
 the confirmation run; when the choice moves back to a trial whose server was stopped (among
 trials that missed, a new lowest p99 can make an earlier one the closest), ``serve`` starts
 it again, within the budget.
@@ -29,16 +29,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cli.tune_budget import Budget
-from cli.tune_config import write_config
-from cli.tune_progress import Progress
-from cli.tune_rank import DEFAULTS, Choice, choose, p99_noise
-from cli.tune_space import Knobs, Load
-from config import Settings
-from harness.load import Summary, Window, Workload, run_load
-from harness.server import Command, inferpool_serve, launch
+from inferpool.cli.tune_budget import Budget
+from inferpool.cli.tune_config import write_config
+from inferpool.cli.tune_progress import Progress
+from inferpool.cli.tune_rank import DEFAULTS, Choice, choose, p99_noise
+from inferpool.cli.tune_space import Knobs, Load
+from inferpool.config import Settings
+from inferpool.harness.load import Summary, Window, Workload, run_load
+from inferpool.harness.server import Command, inferpool_serve, launch
 
-SERVE = (sys.executable, "-m", "cli.main")  # this interpreter's InferPool, whatever is on PATH
+SERVE = (sys.executable, "-m", "inferpool.cli.main")  # this interpreter's InferPool, whatever is on PATH
 TRIAL_FLAGS = ("--grpc-port", "0")  # trials serve HTTP only, several servers at once
 STOP_SECONDS = 2.0  # stopping an idle trial server
 STOP_TIMEOUT = 5.0
@@ -58,7 +58,7 @@ class Trial:
     summary: Summary | None = None
     startup_seconds: float | None = None
     p99_noise_ms: float | None = None
-    """Half the spread of the p99s of consecutive parts of its answers (cli.tune_rank)."""
+    """Half the spread of the p99s of consecutive parts of its answers (inferpool.cli.tune_rank)."""
     served: dict[str, Any] = field(default_factory=dict)
     """What the server says it runs (GET /v2/models/{name}/config): ``auto``'s choices."""
 

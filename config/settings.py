@@ -23,12 +23,12 @@ from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
-    TomlConfigSettingsSource,
 )
 
-from engine import BACKENDS, DEFAULT_MODEL, RuntimeOptions
-from engine.backends.autoselect import backend_names
-from engine.sources import ARCHIVE_SUFFIXES
+from inferpool.config.paths import ConfigFileSource
+from inferpool.engine import BACKENDS, DEFAULT_MODEL, RuntimeOptions
+from inferpool.engine.backends.autoselect import backend_names
+from inferpool.engine.sources import ARCHIVE_SUFFIXES
 
 DEFAULT_CONFIG_FILE = Path(__file__).with_name("default.toml")
 AUTH_EXEMPT = ("/health/live", "/health/ready", "/metrics", "/v2/health/live", "/v2/health/ready")
@@ -98,10 +98,15 @@ class Settings(BaseSettings):
 
     model: str = Field(
         DEFAULT_MODEL,
-        description="What to serve: a factory 'package.module:function' returning engine.ModelSpec, "
+        description="What to serve: a factory 'package.module:function' returning inferpool.engine.ModelSpec, "
         "or a torch.export archive 'path/model.pt2'. The default is the built-in digits CNN.",
     )
     handler: Annotated[str, AfterValidator(check_handler)] | None = Field(None, description=HANDLER_HELP)
+    app_dir: Path = Field(
+        Path("."),
+        description="Folder that 'package.module:attr' models and handlers import from, first on the import "
+        "path (as uvicorn's --app-dir); default: the current directory. In a config file, relative to the file.",
+    )
     host: str = Field("127.0.0.1", description="Address to listen on; 0.0.0.0 inside a container.")
     port: int = Field(8000, ge=0, le=65535, description="TCP port (0 picks a free one).")
     grpc_port: int = Field(
@@ -279,7 +284,7 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return init_settings, env_settings, TomlConfigSettingsSource(settings_cls, toml_file=_config_file.get())
+        return init_settings, env_settings, ConfigFileSource(settings_cls, toml_file=_config_file.get())
 
 
 def load_settings(config_file: Path | None = None, cli_args: list[str] | None = None) -> Settings:

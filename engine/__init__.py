@@ -3,10 +3,10 @@
 No web framework is imported here; ``service`` is one front end built on this API.
 """
 
-from engine.backends import BACKENDS
-from engine.backends.base import Runtime
-from engine.client import EngineClient, ModelInfo, ModelStats
-from engine.errors import (
+from inferpool.engine.backends import BACKENDS
+from inferpool.engine.backends.base import Runtime
+from inferpool.engine.client import EngineClient, ModelInfo, ModelStats
+from inferpool.engine.errors import (
     ConfigError,
     DeadlineExceeded,
     EngineError,
@@ -19,14 +19,14 @@ from engine.errors import (
     PredictedWaitExceeded,
     WorkerDied,
 )
-from engine.handlers import Handler
-from engine.module import InferenceModule
-from engine.options import RuntimeOptions
-from engine.pool import RuntimePool
-from engine.schema import Schema, TensorSpec
-from engine.served import Prediction, ServedModel
-from engine.sources import DEFAULT_MODEL, load_model
-from engine.spec import ModelSpec
+from inferpool.engine.handlers import Handler
+from inferpool.engine.module import InferenceModule
+from inferpool.engine.options import RuntimeOptions
+from inferpool.engine.pool import RuntimePool
+from inferpool.engine.schema import Schema, TensorSpec
+from inferpool.engine.served import Prediction, ServedModel
+from inferpool.engine.sources import DEFAULT_MODEL, load_model
+from inferpool.engine.spec import ModelSpec
 
 __all__ = [
     "BACKENDS",

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from engine.errors import PredictedWaitExceeded
-from engine.schema import Schema
+from inferpool.engine.errors import PredictedWaitExceeded
+from inferpool.engine.schema import Schema
 
 
 class ServiceTimes:

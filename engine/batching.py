@@ -29,15 +29,15 @@ import time
 from dataclasses import dataclass
 from queue import Empty
 
-from engine.errors import NotReady
-from engine.executor import ExecutorConfig
-from engine.pipeline import Pipeline, worker_died
-from engine.requests import Work, deliver
-from engine.workers import QueuedWorkers
+from inferpool.engine.errors import NotReady
+from inferpool.engine.executor import ExecutorConfig
+from inferpool.engine.pipeline import Pipeline, worker_died
+from inferpool.engine.requests import Work, deliver
+from inferpool.engine.workers import QueuedWorkers
 
 
 class Batcher(QueuedWorkers):
-    """The ``batch`` executor (engine.executor)."""
+    """The ``batch`` executor (inferpool.engine.executor)."""
 
     def __init__(self, pipeline: Pipeline, config: ExecutorConfig) -> None:
         self.max_batch_size = config.max_batch_size

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from engine.handlers import Handler
-from engine.requests import Prediction
-from engine.schema import Schema
+from inferpool.engine.handlers import Handler
+from inferpool.engine.requests import Prediction
+from inferpool.engine.schema import Schema
 
 
 @dataclass(frozen=True, slots=True)

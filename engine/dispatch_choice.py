@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from engine.gil_probe import GilProfile, measure_gil_hold, measure_handoff, median_call_us
+from inferpool.engine.gil_probe import GilProfile, measure_gil_hold, measure_handoff, median_call_us
 
 __all__ = ["DispatchChoice", "GilProfile", "choose_dispatch", "decide", "measure_gil_hold", "measure_handoff"]
 
@@ -43,7 +43,7 @@ is an idle round trip, and under load both sides of it also wait for the GIL."""
 @dataclass(frozen=True)
 class DispatchChoice:
     mode: str
-    """``inline`` or ``threads`` (engine.executors.EXECUTORS keys)."""
+    """``inline`` or ``threads`` (inferpool.engine.executors.EXECUTORS keys)."""
     figures: dict[str, Any]
     """JSON-ready: call_us, gil_share, free_us, handoff_us, usable_cpus, rule, reason, ..."""
 

@@ -1,4 +1,4 @@
-"""The Executor protocol: what runs a request's pipeline (implementations: engine.executors)."""
+"""The Executor protocol: what runs a request's pipeline (implementations: inferpool.engine.executors)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from engine.requests import Prediction, Work
+from inferpool.engine.requests import Prediction, Work
 
 
 @dataclass(frozen=True)

@@ -5,11 +5,11 @@
 - ``threads``: on long-lived worker threads; one ``SimpleQueue.put`` in (a C call that wakes
   exactly one sleeping worker) and one ``call_soon_threadsafe`` back. Their thread-local
   caches (OpenMP teams, allocator arenas) stay warm; a worker that dies is replaced.
-- ``batch``: the batcher (engine.batching): worker threads that concatenate concurrent
+- ``batch``: the batcher (inferpool.engine.batching): worker threads that concatenate concurrent
   requests into one model call.
 
 Every executor runs the same ``Pipeline`` on a ``Work`` and answers with its ``Prediction``
-(the protocol: engine.executor).
+(the protocol: inferpool.engine.executor).
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from engine.batching import Batcher
-from engine.executor import Executor, ExecutorConfig
-from engine.pipeline import Pipeline
-from engine.requests import Prediction, Work, answer, deliver
-from engine.workers import QueuedWorkers
+from inferpool.engine.batching import Batcher
+from inferpool.engine.executor import Executor, ExecutorConfig
+from inferpool.engine.pipeline import Pipeline
+from inferpool.engine.requests import Prediction, Work, answer, deliver
+from inferpool.engine.workers import QueuedWorkers
 
 
 class InlineExecutor:

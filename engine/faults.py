@@ -6,8 +6,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from engine.errors import NonFiniteOutput
-from engine.schema import Array
+from inferpool.engine.errors import NonFiniteOutput
+from inferpool.engine.schema import Array
 
 
 def check_finite(outputs: Mapping[str, Array]) -> None:

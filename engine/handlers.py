@@ -12,7 +12,7 @@ around the usual checks:
   ``{"inputs": ...}`` on /predict, or ``{name: numpy array}`` from v2 infer, where text arrives
   as ``BYTES``: an object array of ``bytes``), and returns the model's input arrays, always with
   a batch dimension, plus any context postprocess needs (e.g. "was it one sample?"). Raise
-  ``engine.errors.InvalidInput`` for bad input: the caller gets a 400 with its message.
+  ``inferpool.engine.errors.InvalidInput`` for bad input: the caller gets a 400 with its message.
 - ``postprocess(outputs, context)`` gets this request's rows of the model outputs and returns
   named outputs as numpy arrays (or numbers): /predict sends them as JSON, v2 as tensors.
 - ``samples(payload)`` counts samples for admission control before validation (cheap, 1 if unsure).
@@ -29,9 +29,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from engine.errors import ModelLoadError
-from engine.schema import Array
-from engine.sources import import_object
+from inferpool.engine.errors import ModelLoadError
+from inferpool.engine.schema import Array
+from inferpool.engine.sources import import_object
 
 
 class Handler(ABC):
@@ -57,5 +57,5 @@ def load_handler(ref: str) -> Handler:
     target = import_object(ref, "handler", "package.module:attr")
     handler = target if isinstance(target, Handler) else target()
     if not isinstance(handler, Handler):
-        raise ModelLoadError(f"handler {ref!r} gave {type(handler).__name__}, not engine.handlers.Handler")
+        raise ModelLoadError(f"handler {ref!r} gave {type(handler).__name__}, not inferpool.engine.handlers.Handler")
     return handler

@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from engine.errors import ModelLoadError
-from engine.schema import Array, Schema, TensorSpec, output_names
-from engine.spec import ModelSpec
+from inferpool.engine.errors import ModelLoadError
+from inferpool.engine.schema import Array, Schema, TensorSpec, output_names
+from inferpool.engine.spec import ModelSpec
 
 _NUMPY_DTYPES = {
     torch.float32: "float32",

@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from engine.errors import ModelLoadError, import_optional
-from engine.module import InferenceModule
-from engine.spec import ModelSpec
+from inferpool.engine.errors import ModelLoadError, import_optional
+from inferpool.engine.module import InferenceModule
+from inferpool.engine.spec import ModelSpec
 
 # onnxruntime's element types, as its sessions name them, to the tensors the engine carries.
 DTYPES: dict[str, torch.dtype] = {

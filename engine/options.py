@@ -8,8 +8,8 @@ from pydantic import ConfigDict, model_validator
 from pydantic.dataclasses import dataclass
 from pydantic_core import ArgsKwargs
 
-from engine.backends import BACKENDS, AotiInterface
-from engine.executors import DISPATCH_MODES
+from inferpool.engine.backends import BACKENDS, AotiInterface
+from inferpool.engine.executors import DISPATCH_MODES
 
 AUTO_CANDIDATES = ("eager", "static", "onnxruntime")
 """``auto``'s candidates when ``auto_backends`` is (): the ones that compile in about a second
@@ -26,7 +26,7 @@ REMOVED = {
 @dataclass(frozen=True, config=ConfigDict(extra="forbid"))
 class RuntimeOptions:
     backend: str = "auto"
-    """Which runtime implementation runs the model (``engine.backends.BACKENDS``), or ``auto``
+    """Which runtime implementation runs the model (``inferpool.engine.backends.BACKENDS``), or ``auto``
     (the default): at startup, time the candidates that can load the model (``auto_backends``;
     by default eager, static and onnxruntime, a few seconds in all) and serve with the fastest
     (the table is logged and served at ``/v2/models/{name}/config``); set the winner by name

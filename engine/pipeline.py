@@ -24,9 +24,9 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from engine.errors import DeadlineExceeded, EngineError, ModelFailed, WorkerDied
-from engine.requests import Coerce, Finish, Outcome, Prediction, Prepare, Run, Work, request_id
-from engine.schema import Array
+from inferpool.engine.errors import DeadlineExceeded, EngineError, ModelFailed, WorkerDied
+from inferpool.engine.requests import Coerce, Finish, Outcome, Prediction, Prepare, Run, Work, request_id
+from inferpool.engine.schema import Array
 
 log = logging.getLogger(__name__)
 

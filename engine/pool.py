@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from types import TracebackType
 from typing import Generic, TypeVar
 
-from engine.errors import Overloaded
+from inferpool.engine.errors import Overloaded
 
 T = TypeVar("T")
 

@@ -14,7 +14,7 @@ from contextlib import suppress
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-from engine.schema import Array
+from inferpool.engine.schema import Array
 
 request_id: ContextVar[str] = ContextVar("request_id", default="-")
 """The id of the request the current code works for, for log lines (front ends set it; the

@@ -13,12 +13,12 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from engine.backends.base import Runtime
-from engine.errors import EngineError
-from engine.module import InferenceModule
-from engine.options import RuntimeOptions
-from engine.pool import Lease, RuntimePool
-from engine.schema import Array
+from inferpool.engine.backends.base import Runtime
+from inferpool.engine.errors import EngineError
+from inferpool.engine.module import InferenceModule
+from inferpool.engine.options import RuntimeOptions
+from inferpool.engine.pool import Lease, RuntimePool
+from inferpool.engine.schema import Array
 
 log = logging.getLogger(__name__)
 

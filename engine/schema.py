@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from engine.errors import InvalidInput
+from inferpool.engine.errors import InvalidInput
 
 Array = npt.NDArray[Any]
 

@@ -1,8 +1,8 @@
-"""ServedModel: one model served, behind the engine's narrow client (engine.client).
+"""ServedModel: one model served, behind the engine's narrow client (inferpool.engine.client).
 
 One InferenceModule, a RuntimePool built from it, admission control, and one executor
-(engine.executors: inline, worker threads or the batcher) running the one request pipeline
-(engine.pipeline). The service awaits ``model.infer(inputs, deadline, request_id)`` and reads
+(inferpool.engine.executors: inline, worker threads or the batcher) running the one request pipeline
+(inferpool.engine.pipeline). The service awaits ``model.infer(inputs, deadline, request_id)`` and reads
 ``info`` and ``stats()``; it never sees torch.
 """
 
@@ -18,25 +18,33 @@ from typing import Any
 
 import torch
 
-from engine.admission import Admission, ServiceTimes, count_samples
-from engine.backends.autoselect import resolve_backend
-from engine.backends.base import Runtime
-from engine.client import ModelInfo, ModelStats
-from engine.dispatch_choice import decide
-from engine.errors import ConfigError, DeadlineExceeded, EngineError, InvalidInput, ModelFailed, NotReady, Overloaded
-from engine.executor import Executor, ExecutorConfig
-from engine.executors import EXECUTORS
-from engine.faults import check_finite
-from engine.handlers import Handler, load_handler
-from engine.module import InferenceModule
-from engine.options import RuntimeOptions
-from engine.pipeline import Pipeline
-from engine.pool import RuntimePool
-from engine.requests import Prediction, Work
-from engine.runtime_set import RuntimeSet
-from engine.schema import Array, Schema, positional
-from engine.sources import load_model, serving_options
-from engine.threads import ThreadPlan, apply_thread_plan, init_worker_thread, plan_threads
+from inferpool.engine.admission import Admission, ServiceTimes, count_samples
+from inferpool.engine.backends.autoselect import resolve_backend
+from inferpool.engine.backends.base import Runtime
+from inferpool.engine.client import ModelInfo, ModelStats
+from inferpool.engine.dispatch_choice import decide
+from inferpool.engine.errors import (
+    ConfigError,
+    DeadlineExceeded,
+    EngineError,
+    InvalidInput,
+    ModelFailed,
+    NotReady,
+    Overloaded,
+)
+from inferpool.engine.executor import Executor, ExecutorConfig
+from inferpool.engine.executors import EXECUTORS
+from inferpool.engine.faults import check_finite
+from inferpool.engine.handlers import Handler, load_handler
+from inferpool.engine.module import InferenceModule
+from inferpool.engine.options import RuntimeOptions
+from inferpool.engine.pipeline import Pipeline
+from inferpool.engine.pool import RuntimePool
+from inferpool.engine.requests import Prediction, Work
+from inferpool.engine.runtime_set import RuntimeSet
+from inferpool.engine.schema import Array, Schema, positional
+from inferpool.engine.sources import load_model, serving_options
+from inferpool.engine.threads import ThreadPlan, apply_thread_plan, init_worker_thread, plan_threads
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +67,7 @@ class ServedModel:
         backend, compiled = self.selection.backend, self.selection.compiled
         self.module = module
         self.handler = handler
-        """Pre- and post-processing around the model (engine.handlers); None = tensors in and out."""
+        """Pre- and post-processing around the model (inferpool.engine.handlers); None = tensors in and out."""
         self.options = options
         self.plan = plan
         self.max_queue = max_queue
@@ -89,7 +97,7 @@ class ServedModel:
         """Apply the thread plan and start the executor's threads: the model takes requests.
 
         Separate from loading so that a parent process can load, choose and warm the model once
-        and fork serving processes that share its weights (service.supervisor): threads do not
+        and fork serving processes that share its weights (inferpool.service.supervisor): threads do not
         survive a fork, and a parent that ran an OpenMP parallel region leaves forked children
         hanging on their first one (measured: torch with 2 intra-op threads), so the parent
         loads with one intra-op thread and each child starts here (``forked``) with its plan
@@ -127,7 +135,7 @@ class ServedModel:
 
     def _choose_executor(self) -> tuple[str, dict[str, Any] | None]:
         """``batch`` when batching is on, else the configured dispatch, or for ``auto`` the
-        one that measures faster for this backend's call (see engine.dispatch_choice)."""
+        one that measures faster for this backend's call (see inferpool.engine.dispatch_choice)."""
         options = self.options
         if options.max_batch_size > 1:
             specs = self.schema.inputs + self.schema.outputs
@@ -194,7 +202,7 @@ class ServedModel:
     ) -> ServedModel:
         """Load, compile and warm a model; ``shares`` pools split the CPUs (see plan_threads),
         ``name`` overrides the model's own, ``handler`` ('package.module:attr', see
-        engine.handlers) turns request payloads into its inputs and its outputs into answers.
+        inferpool.engine.handlers) turns request payloads into its inputs and its outputs into answers.
         ``start=False`` loads for processes forked later, which each call ``start()``."""
         options = serving_options(source, options)  # an ONNX file: the onnxruntime backend
         plan = plan_threads(options, shares=shares)

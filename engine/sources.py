@@ -3,9 +3,9 @@
 - ``package.module:function`` -- a Python factory returning a :class:`ModelSpec`.
 - ``path/to/model.pt2`` -- an archive written by ``torch.export.save``.
 - ``path/to/model.ts`` (or ``.torchscript``) -- a legacy ``torch.jit.save`` archive, with a
-  description of its inputs (see engine.torchscript_archive).
+  description of its inputs (see inferpool.engine.torchscript_archive).
 - ``path/to/model.onnx`` -- an ONNX model, which only the onnxruntime backend serves (see
-  engine.onnx_source).
+  inferpool.engine.onnx_source).
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ from typing import Any
 
 import torch
 
-from engine.errors import ConfigError, ModelLoadError
-from engine.onnx_source import load_onnx
-from engine.options import RuntimeOptions
-from engine.spec import ModelSpec
-from engine.torchscript_archive import load_torchscript
+from inferpool.engine.errors import ConfigError, ModelLoadError
+from inferpool.engine.onnx_source import load_onnx
+from inferpool.engine.options import RuntimeOptions
+from inferpool.engine.spec import ModelSpec
+from inferpool.engine.torchscript_archive import load_torchscript
 
-DEFAULT_MODEL = "engine.zoo.digits:build"
+DEFAULT_MODEL = "inferpool.engine.zoo.digits:build"
 
 
 def import_object(ref: str, what: str, form: str = "package.module:function") -> Any:
@@ -35,13 +35,32 @@ def import_object(ref: str, what: str, form: str = "package.module:function") ->
     try:
         return getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
-        raise ModelLoadError(f"cannot import {what} {ref!r}: {exc}") from exc
+        raise ModelLoadError(f"cannot import {what} {ref!r}: {exc}{_import_hint(exc)}") from exc
+
+
+# InferPool's packages before they moved under the one import name `inferpool`.
+OLD_TOP_LEVEL = frozenset({"engine", "service", "config", "cli", "harness"})
+
+
+def _import_hint(exc: Exception) -> str:
+    """What to change when the module is missing: a pre-`inferpool.` name, or a folder not on the path."""
+    if not isinstance(exc, ModuleNotFoundError) or not exc.name:
+        return ""
+    top = exc.name.partition(".")[0]
+    if top in OLD_TOP_LEVEL:
+        return (
+            f"; InferPool's modules are all under 'inferpool.': write 'inferpool.{exc.name}' "
+            f"(e.g. 'from inferpool.engine import ModelSpec'), see the README's 'Serving your own model'"
+        )
+    return (
+        f"; {top!r} is looked up in the app dir (--app-dir, default: the current directory) and the installed packages"
+    )
 
 
 def load_factory(source: str) -> ModelSpec:
     spec = import_object(source, "model factory")()
     if not isinstance(spec, ModelSpec):
-        raise ModelLoadError(f"model factory {source!r} returned {type(spec).__name__}, not engine.ModelSpec")
+        raise ModelLoadError(f"model factory {source!r} returned {type(spec).__name__}, not inferpool.engine.ModelSpec")
     return spec
 
 

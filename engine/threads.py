@@ -15,8 +15,8 @@ from pathlib import Path
 
 import torch
 
-from engine.errors import ConfigError
-from engine.options import RuntimeOptions
+from inferpool.engine.errors import ConfigError
+from inferpool.engine.options import RuntimeOptions
 
 log = logging.getLogger(__name__)
 

@@ -26,8 +26,8 @@ from typing import Any
 
 import torch
 
-from engine.errors import ModelLoadError
-from engine.spec import ModelSpec
+from inferpool.engine.errors import ModelLoadError
+from inferpool.engine.spec import ModelSpec
 
 EMBEDDED_DESCRIPTION = "inferpool.json"
 EXAMPLE_DESCRIPTION = '{"inputs": {"image": {"shape": [1, 1, 8, 8], "dtype": "float32"}}, "output_names": ["label"]}'
@@ -58,7 +58,7 @@ class TorchScriptArchive(torch.nn.Module):
 @contextmanager
 def quiet_jit() -> Iterator[None]:
     """Silence the DeprecationWarning every ``torch.jit`` entry point now raises: the service
-    warns once per load itself (see engine.backends.torchscript), with what to do instead.
+    warns once per load itself (see inferpool.engine.backends.torchscript), with what to do instead.
     Not thread-safe (warnings filters are global), which is fine: models load once."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=DeprecationWarning, message=r"`torch\.jit\.")

@@ -11,10 +11,10 @@ import time
 from collections.abc import Callable
 from queue import Empty, SimpleQueue
 
-from engine.errors import NotReady
-from engine.executor import ExecutorConfig
-from engine.pipeline import Pipeline
-from engine.requests import Prediction, Work, deliver
+from inferpool.engine.errors import NotReady
+from inferpool.engine.executor import ExecutorConfig
+from inferpool.engine.pipeline import Pipeline
+from inferpool.engine.requests import Prediction, Work, deliver
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Keep-alive HTTP/1.1 clients that write one pre-built request (``harness.payloads``) and parse
+"""Keep-alive HTTP/1.1 clients that write one pre-built request (``inferpool.harness.payloads``) and parse
 only the status line, ``Content-Length`` (or chunked) and ``Connection: close``: http.client
 parses every header through the email package, which costs tens of microseconds a request, and
 on a single connection every microsecond the client spends lands in the round trip it measures.
@@ -14,7 +14,7 @@ import http.client
 import socket
 from typing import NamedTuple
 
-from harness.payloads import Payload
+from inferpool.harness.payloads import Payload
 
 
 class Head(NamedTuple):

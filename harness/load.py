@@ -1,7 +1,7 @@
 """A packaged load generator: closed loop (``concurrency`` clients, each sending again once
 answered) or open loop (request *i* due at ``t0 + i / rate``, its latency counted from then,
 so that a server falling behind is charged for the wait), over keep-alive connections
-(``harness.client.Connection``) opened before the clock starts.
+(``inferpool.harness.client.Connection``) opened before the clock starts.
 
 ``drive`` runs a warm-up that is not recorded, then a measured window, and calls ``check`` on
 the window so far every ``every`` seconds: it returns True to stop early (``inferpool tune``
@@ -20,8 +20,8 @@ from typing import Any, ParamSpec, TypeVar
 
 import numpy as np
 
-from harness.client import Connection
-from harness.payloads import Payload
+from inferpool.harness.client import Connection
+from inferpool.harness.payloads import Payload
 
 HOST = "127.0.0.1"
 P = ParamSpec("P")

@@ -76,7 +76,7 @@ def v2_request(
 def grpc_request(model: str, inputs: Mapping[str, npt.NDArray[Any]], outputs: Sequence[str] = ()) -> bytes:
     """A serialised gRPC ModelInferRequest of ``inputs`` as raw contents (as Triton's client
     sends them), to send as bytes on a channel with no serializer."""
-    from service.grpc_v2 import inference_pb2 as pb  # the messages only: no torch, no server
+    from inferpool.service.grpc_v2 import inference_pb2 as pb  # the messages only: no torch, no server
 
     request = pb.ModelInferRequest(model_name=model)
     for name, value in inputs.items():
@@ -114,7 +114,7 @@ def _datatype(dtype: np.dtype[Any]) -> str:
 # ---------------------------------------------------------------- the built-in models' samples
 
 DIGIT = np.random.default_rng(0).integers(0, 17, size=(1, 8, 8)).astype(np.float32)
-"""One 8x8 image for ``engine.zoo.digits`` (pixel values 0..16)."""
+"""One 8x8 image for ``inferpool.engine.zoo.digits`` (pixel values 0..16)."""
 SENTENCE = "InferPool serves a PyTorch model over HTTP on CPUs, fast and honest about it."
 """One sentence (~20 tokens: MiniLM's 32-token bucket) for ``config/minilm.toml``'s server."""
 

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.client import status
+from inferpool.harness.client import status
 
 Command = Callable[[int], Sequence[str]]
 """The argv that serves on the given 127.0.0.1 port."""
@@ -113,10 +113,12 @@ def launch(
     stop_timeout: float = 30.0,
     cpus: Sequence[int] | None = None,
     env: dict[str, str] | None = None,
+    cwd: Path | None = None,
 ) -> Iterator[Server]:
     """Run ``command`` on a free port until ``ready_path`` answers ``ready_answer``; yield the
     server; stop it. The log is ``log_dir/<name>-<port>.log`` (kept), or a temporary file
-    (removed). ``cpus`` pins it (and every process and thread it starts) with ``taskset``."""
+    (removed). ``cpus`` pins it (and every process and thread it starts) with ``taskset``;
+    ``env`` wins over the inherited environment (``PYTHONPATH`` too); ``cwd`` is where it starts."""
     port = free_port()
     if log_dir is None:
         descriptor, temporary = tempfile.mkstemp(prefix=f"inferpool-{_slug(name)}-", suffix=".log")
@@ -133,6 +135,7 @@ def launch(
             stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path, **(env or {})},
             start_new_session=True,
+            cwd=cwd,
         )
     server = Server(f"http://127.0.0.1:{port}", process, log, name)
     try:

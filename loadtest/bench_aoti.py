@@ -21,11 +21,11 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from engine import BACKENDS, InferenceModule, RuntimeOptions
-from engine.backends.base import Runtime
-from engine.spec import ModelSpec
-from engine.threads import apply_thread_plan
-from engine.zoo import digits, mlp
+from inferpool.engine import BACKENDS, InferenceModule, RuntimeOptions
+from inferpool.engine.backends.base import Runtime
+from inferpool.engine.spec import ModelSpec
+from inferpool.engine.threads import apply_thread_plan
+from inferpool.engine.zoo import digits, mlp
 from loadtest.bench_backends import PLAN, latencies, span, throughput
 
 

@@ -4,7 +4,7 @@
 
 Compiles the MLP and the digits CNN at batch 1 and 32 (minimal ArrayRef interface) three ways --
 frozen (inductor's default when freezing: mkldnn weight prepacking), frozen without weight
-prepacking, and not frozen (what engine.backends.aoti.compile uses) -- into a separate cache
+prepacking, and not frozen (what inferpool.engine.backends.aoti.compile uses) -- into a separate cache
 (the variants change the cache key through the configs), then times ``runtime.run`` for every
 variant interleaved round by round. The first run compiles 12 packages (minutes).
 """
@@ -17,10 +17,10 @@ import tempfile
 
 import torch
 
-from engine import InferenceModule, RuntimeOptions
-from engine.backends.aoti import AotiRuntime
-from engine.backends.aoti import compile as aoti_compile
-from engine.threads import apply_thread_plan
+from inferpool.engine import InferenceModule, RuntimeOptions
+from inferpool.engine.backends.aoti import AotiRuntime
+from inferpool.engine.backends.aoti import compile as aoti_compile
+from inferpool.engine.threads import apply_thread_plan
 from loadtest.bench_aoti import MODELS
 from loadtest.bench_backends import PLAN, latencies, span
 

@@ -1,8 +1,9 @@
 """What backend ``auto`` picks for a model, its table, and how stable the pick is under noise.
 
-    python -m loadtest.bench_auto [--model engine.zoo.mlp:build ...] [--backends eager,onnxruntime] [--repeats 3]
+    python -m loadtest.bench_auto [--model inferpool.engine.zoo.mlp:build ...] \
+        [--backends eager,onnxruntime] [--repeats 3]
 
-Runs the startup chooser (engine.backends.autoselect) ``--repeats`` times per model, in one
+Runs the startup chooser (inferpool.engine.backends.autoselect) ``--repeats`` times per model, in one
 process with one intra-op thread (as the service runs by default), prints each table and how
 often each backend won. Compiles are repeated too, so slow compilers (aoti) dominate the time.
 """
@@ -14,11 +15,11 @@ import time
 import warnings
 from collections import Counter
 
-from engine import BACKENDS, InferenceModule, RuntimeOptions, load_model
-from engine.backends.autoselect import AUTO, format_table, resolve_backend
-from engine.threads import ThreadPlan, apply_thread_plan
+from inferpool.engine import BACKENDS, InferenceModule, RuntimeOptions, load_model
+from inferpool.engine.backends.autoselect import AUTO, format_table, resolve_backend
+from inferpool.engine.threads import ThreadPlan, apply_thread_plan
 
-MODELS = ("engine.zoo.mlp:build", "engine.zoo.digits:build")
+MODELS = ("inferpool.engine.zoo.mlp:build", "inferpool.engine.zoo.digits:build")
 
 
 def main() -> None:

@@ -23,10 +23,10 @@ import time
 import numpy as np
 import torch
 
-from engine import BACKENDS, InferenceModule, RuntimeOptions
-from engine.backends.base import Runtime
-from engine.threads import ThreadPlan, apply_thread_plan, init_worker_thread
-from engine.zoo.digits import build
+from inferpool.engine import BACKENDS, InferenceModule, RuntimeOptions
+from inferpool.engine.backends.base import Runtime
+from inferpool.engine.threads import ThreadPlan, apply_thread_plan, init_worker_thread
+from inferpool.engine.zoo.digits import build
 
 BATCHES = (1, 32)
 PLAN = ThreadPlan(cpus=2, runtimes=2, intra_op_threads=1)

@@ -19,7 +19,7 @@ import statistics
 
 import numpy as np
 
-from engine import DEFAULT_MODEL, RuntimeOptions, ServedModel
+from inferpool.engine import DEFAULT_MODEL, RuntimeOptions, ServedModel
 from loadtest.inprocess import closed_loop
 
 SAMPLE = np.random.default_rng(0).integers(0, 17, size=(1, 8, 8)).astype(np.float32).tolist()

@@ -24,8 +24,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from harness.payloads import PAYLOADS
-from harness.server import inferpool_serve, launch
+from inferpool.harness.payloads import PAYLOADS
+from inferpool.harness.server import inferpool_serve, launch
 from loadtest.openloop import RunConfig, run_one
 
 SUITES: dict[str, tuple[list[str], str, tuple[int, ...]]] = {

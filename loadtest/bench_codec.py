@@ -22,10 +22,10 @@ import httpx2
 import numpy as np
 import orjson
 
-from engine import InferenceModule, load_model
-from harness.server import run_server, wait_ready
-from service.codec import decode_inputs, encode_json
-from service.v2codec import encode_response, parse_request
+from inferpool.engine import InferenceModule, load_model
+from inferpool.harness.server import run_server, wait_ready
+from inferpool.service.codec import decode_inputs, encode_json
+from inferpool.service.v2codec import encode_response, parse_request
 
 CASES = {"image 1x3x224x224": ("loadtest.models:image_echo", (1, 3, 224, 224)), "digit 1x1x8x8": (None, (1, 1, 8, 8))}
 
@@ -76,7 +76,7 @@ def main() -> None:
     print(f"{'input':20} {'path':14} {'body KB':>8} {'decode+encode µs':>17} {'vs JSON':>8} {'e2e p50 ms':>11}")
     for case, (source, shape) in CASES.items():
         x = (rng.random(shape) * 16).astype(np.float32)
-        module = InferenceModule.from_spec(load_model(source or "engine.zoo.digits:build"))
+        module = InferenceModule.from_spec(load_model(source or "inferpool.engine.zoo.digits:build"))
         out = x if source else np.zeros((1, 10), np.float32)
         flags = ["--model", source, "--max-body-bytes", str(64 << 20)] if source else []
         with run_server(Path(tempfile.mkdtemp(prefix="inferpool-codec-")), *flags) as server:

@@ -17,14 +17,18 @@ import argparse
 import json
 import time
 
-from engine import RuntimeOptions
-from engine.backends.autoselect import format_table, resolve_backend
-from engine.dispatch_choice import decide
-from engine.module import InferenceModule
-from engine.sources import load_model
-from engine.threads import apply_thread_plan, plan_threads
+from inferpool.engine import RuntimeOptions
+from inferpool.engine.backends.autoselect import format_table, resolve_backend
+from inferpool.engine.dispatch_choice import decide
+from inferpool.engine.module import InferenceModule
+from inferpool.engine.sources import load_model
+from inferpool.engine.threads import apply_thread_plan, plan_threads
 
-MODELS = {"digits": "engine.zoo.digits:build", "mlp": "engine.zoo.mlp:build", "minilm": "engine.zoo.minilm:build"}
+MODELS = {
+    "digits": "inferpool.engine.zoo.digits:build",
+    "mlp": "inferpool.engine.zoo.mlp:build",
+    "minilm": "inferpool.engine.zoo.minilm:build",
+}
 
 
 def choose(model: str, backend: str = "auto") -> dict[str, object]:

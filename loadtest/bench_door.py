@@ -15,9 +15,9 @@ from pathlib import Path
 
 import httpx2
 
-from harness.metrics import metric_total
-from harness.payloads import digits_json, digits_v2_binary, digits_v2_json
-from harness.server import inferpool_serve, launch
+from inferpool.harness.metrics import metric_total
+from inferpool.harness.payloads import digits_json, digits_v2_binary, digits_v2_json
+from inferpool.harness.server import inferpool_serve, launch
 from loadtest import wrk
 
 PAYLOADS = {"predict-json": digits_json, "v2-json": digits_v2_json, "v2-binary": digits_v2_binary}

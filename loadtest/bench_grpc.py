@@ -29,10 +29,10 @@ import httpx2
 import numpy as np
 import uvloop
 
-from harness.client import Connection
-from harness.metrics import metric_total
-from harness.payloads import grpc_request, json_request, v2_request
-from harness.server import free_port, inferpool_serve, launch
+from inferpool.harness.client import Connection
+from inferpool.harness.metrics import metric_total
+from inferpool.harness.payloads import grpc_request, json_request, v2_request
+from inferpool.harness.server import free_port, inferpool_serve, launch
 from loadtest.procs import tree_cpu_seconds
 
 INFER = "/inference.GRPCInferenceService/ModelInfer"

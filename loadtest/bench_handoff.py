@@ -26,8 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from engine import RuntimeOptions, ServedModel
-from harness.server import run_server, wait_ready
+from inferpool.engine import RuntimeOptions, ServedModel
+from inferpool.harness.server import run_server, wait_ready
 
 SAMPLE = np.random.default_rng(0).integers(0, 17, size=(1, 8, 8)).tolist()
 VARIANTS: dict[str, list[str]] = {
@@ -60,7 +60,7 @@ def in_process(seconds: float = 2.0) -> dict[str, float]:
     """Median µs per awaited infer() with no HTTP, per dispatch mode, plus the bare model."""
     figures: dict[str, float] = {}
     for mode in ("inline", "threads"):
-        model = ServedModel.load("engine.zoo.digits:build", RuntimeOptions(dispatch=mode))
+        model = ServedModel.load("inferpool.engine.zoo.digits:build", RuntimeOptions(dispatch=mode))
 
         async def loop(served: ServedModel = model) -> list[float]:
             times = []

@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
-    import service.metrics as new
+    import inferpool.service.metrics as new
 
     old = load_old(args.old_ref)
     mode = "multiprocess (mmap files)" if os.environ.get("PROMETHEUS_MULTIPROC_DIR") else "one process"

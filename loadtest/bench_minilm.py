@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from engine import RuntimeOptions, ServedModel
+from inferpool.engine import RuntimeOptions, ServedModel
 from loadtest.inprocess import closed_loop
 
 SENTENCES = [
@@ -48,7 +48,7 @@ def main() -> None:
     for backend, batch in variants:
         options = RuntimeOptions(backend=backend, max_batch_size=batch, max_queue_delay_us=args.delay_us)
         models[backend, batch] = ServedModel.load(
-            "engine.zoo.minilm:build", options, handler="engine.zoo.minilm:MiniLMHandler"
+            "inferpool.engine.zoo.minilm:build", options, handler="inferpool.engine.zoo.minilm:MiniLMHandler"
         )
     results: dict[tuple[str, int, int], list[dict[str, float]]] = {}
     try:

@@ -16,7 +16,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from engine import RuntimePool
+from inferpool.engine import RuntimePool
 
 Loop = Callable[[int], None]
 

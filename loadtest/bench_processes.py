@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.payloads import PAYLOADS
-from harness.server import inferpool_serve, launch
+from inferpool.harness.payloads import PAYLOADS
+from inferpool.harness.server import inferpool_serve, launch
 from loadtest import openloop
 from loadtest.procs import tree, tree_pss_bytes
 

@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from engine import BACKENDS, InferenceModule, RuntimeOptions, load_model
-from engine.backends.base import Runtime
-from engine.backends.static import StaticRuntime
-from engine.threads import ThreadPlan, apply_thread_plan
+from inferpool.engine import BACKENDS, InferenceModule, RuntimeOptions, load_model
+from inferpool.engine.backends.base import Runtime
+from inferpool.engine.backends.static import StaticRuntime
+from inferpool.engine.threads import ThreadPlan, apply_thread_plan
 from loadtest.bench_backends import latencies, span
 
 Inputs = Callable[[InferenceModule, int], dict[str, np.ndarray]]
@@ -36,7 +36,7 @@ def pixels(module: InferenceModule, batch: int) -> dict[str, np.ndarray]:
 
 
 def sentences(module: InferenceModule, batch: int) -> dict[str, np.ndarray]:
-    from engine.zoo.minilm import MiniLMHandler  # needs the 'minilm' extra
+    from inferpool.engine.zoo.minilm import MiniLMHandler  # needs the 'minilm' extra
 
     arrays, _ = MiniLMHandler().preprocess([SENTENCE] * batch)
     return arrays
@@ -44,9 +44,15 @@ def sentences(module: InferenceModule, batch: int) -> dict[str, np.ndarray]:
 
 # Model -> (factory, inputs per batch size, batch sizes, calls divisor, rows).
 MODELS: dict[str, tuple[str, Inputs, tuple[int, ...], int, tuple[str, ...]]] = {
-    "mlp": ("engine.zoo.mlp:build", pixels, (1, 32), 1, ()),
-    "digits": ("engine.zoo.digits:build", pixels, (1, 32), 1, ()),
-    "minilm": ("engine.zoo.minilm:build", sentences, (1, 8), 50, ("eager", "static", "static, out_variant off")),
+    "mlp": ("inferpool.engine.zoo.mlp:build", pixels, (1, 32), 1, ()),
+    "digits": ("inferpool.engine.zoo.digits:build", pixels, (1, 32), 1, ()),
+    "minilm": (
+        "inferpool.engine.zoo.minilm:build",
+        sentences,
+        (1, 8),
+        50,
+        ("eager", "static", "static, out_variant off"),
+    ),
 }
 # Row -> (backend, option overrides, static executor). Defaults: out variants on, memory
 # sharing on, cleanup on, managed outputs off (engine/options.py).

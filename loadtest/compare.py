@@ -5,7 +5,7 @@
                                [--only NAME,...] [--litserve-python /tmp/venv-litserve/bin/python]
                                [--out DIR]
 
-Each variant serves ``engine.zoo.digits:build`` on a free 127.0.0.1 port and gets the same
+Each variant serves ``inferpool.engine.zoo.digits:build`` on a free 127.0.0.1 port and gets the same
 closed-loop sweep (one JSON digit per ``POST /predict`` unless the variant says otherwise), from
 ``loadtest.openloop`` or, with ``--generator wrk``, from Debian's wrk (``loadtest.wrk``: a
 fraction of the client CPU per request): InferPool eager, eager + dynamic batching (8),
@@ -39,9 +39,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine import BACKENDS
-from harness.payloads import PAYLOADS
-from harness.server import REPO_ROOT, Command, inferpool_serve, launch
+from inferpool.engine import BACKENDS
+from inferpool.harness.payloads import PAYLOADS
+from inferpool.harness.server import REPO_ROOT, Command, inferpool_serve, launch
 from loadtest import openloop, wrk
 
 SEEN = ("eager", "onnxruntime")  # backends with their own variants above; newer ones get one each
@@ -79,7 +79,15 @@ def variants(litserve_python: str | None) -> list[Variant]:
         # validation, admission, metrics or middleware): what InferPool's own machinery is measured against.
         Variant(
             "bare ASGI reference",
-            lambda port: [sys.executable, "-m", "service.bench_reference", "--port", str(port), "--workers", "1"],
+            lambda port: [
+                sys.executable,
+                "-m",
+                "inferpool.service.bench_reference",
+                "--port",
+                str(port),
+                "--workers",
+                "1",
+            ],
         ),
         Variant("FastAPI baseline", baseline(1)),
         Variant("FastAPI baseline workers2", baseline(2)),

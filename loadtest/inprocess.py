@@ -7,7 +7,7 @@ import statistics
 import time
 from collections.abc import Sequence
 
-from engine import ServedModel
+from inferpool.engine import ServedModel
 
 
 async def closed_loop(

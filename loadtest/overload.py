@@ -34,8 +34,8 @@ from typing import Any
 import httpx2
 import numpy as np
 
-from harness.payloads import PAYLOADS
-from harness.server import inferpool_serve, launch
+from inferpool.harness.payloads import PAYLOADS
+from inferpool.harness.server import inferpool_serve, launch
 from loadtest.openloop.schedule import RunConfig, run
 from loadtest.openloop.stats import percentiles
 from loadtest.openloop.sweep import loop_runner

@@ -1,5 +1,5 @@
 """A server's whole process tree read from /proc: its members, RSS, PSS, CPU time, threads and
-open file descriptors, and a thread that samples them. Linux only. (``harness.server`` starts
+open file descriptors, and a thread that samples them. Linux only. (``inferpool.harness.server`` starts
 the servers.)"""
 
 from __future__ import annotations

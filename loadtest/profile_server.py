@@ -24,8 +24,8 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-from harness.payloads import digits_json
-from harness.server import Command, launch
+from inferpool.harness.payloads import digits_json
+from inferpool.harness.server import Command, launch
 from loadtest.compare import variants
 from loadtest.procs import tree_cpu_seconds
 

@@ -7,7 +7,7 @@ A scenario (TOML, see ``loadtest/scenarios/``)::
 
     name = "digits-json-open"
     [server]
-    args = ["--model", "engine.zoo.digits:build"]   # extra `inferpool serve` arguments
+    args = ["--model", "inferpool.engine.zoo.digits:build"]   # extra `inferpool serve` arguments
     [load]
     payload = "digits-json"        # digits-json | digits-v2-binary | minilm-json | minilm-v2-binary
     rates = [250, 500, 1000]       # open loop, offered req/s; or
@@ -37,8 +37,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from harness.payloads import PAYLOADS
-from harness.server import inferpool_serve, launch
+from inferpool.harness.payloads import PAYLOADS
+from inferpool.harness.server import inferpool_serve, launch
 from loadtest import openloop
 from loadtest.openloop.cli import floats
 

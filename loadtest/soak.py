@@ -39,7 +39,7 @@ from typing import Any
 
 import httpx2
 
-from harness.server import Server, run_server, wait_ready
+from inferpool.harness.server import Server, run_server, wait_ready
 from loadtest.procs import Sampler, tree_counts
 from loadtest.soak_mix import FACTORIES, IMAGES, KINDS, MAX_BODY_BYTES, MIX, WEIGHTS, Call, check
 

@@ -18,7 +18,7 @@ from typing import Any
 import httpx2
 import numpy as np
 
-from harness.payloads import Payload, json_request, v2_request
+from inferpool.harness.payloads import Payload, json_request, v2_request
 
 MAX_BODY_BYTES = 65_536
 IMAGES = np.random.default_rng(0).integers(0, 17, size=(16, 1, 8, 8)).astype(np.float32)

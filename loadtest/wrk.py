@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.payloads import Payload
+from inferpool.harness.payloads import Payload
 from loadtest.openloop.stats import CDF_POINTS
 from loadtest.procs import tree_cpu_seconds, tree_rss_bytes
 

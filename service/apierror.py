@@ -1,4 +1,4 @@
-"""The service's own request errors (the engine has its own kinds in engine.errors), and the
+"""The service's own request errors (the engine has its own kinds in inferpool.engine.errors), and the
 JSON every error answer carries, ``{"error": "..."}``, with the raw HTTP writer for the answers
 no ASGI app sends.
 

@@ -11,17 +11,17 @@ from importlib.metadata import PackageNotFoundError, version
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
-from config import Settings
-from engine import EngineClient
-from service.auth import ApiKeyAuth
-from service.errors import install_error_handlers
-from service.fastpath import InferPoolApp
-from service.grpc_v2.server import front_end
-from service.host import ModelHost
-from service.metrics import Metrics
-from service.middleware import Activity, RequestContext
-from service.openapi import model_aware_openapi
-from service.routes import health, predict, repository, v2
+from inferpool.config import Settings
+from inferpool.engine import EngineClient
+from inferpool.service.auth import ApiKeyAuth
+from inferpool.service.errors import install_error_handlers
+from inferpool.service.fastpath import InferPoolApp
+from inferpool.service.grpc_v2.server import front_end
+from inferpool.service.host import ModelHost
+from inferpool.service.metrics import Metrics
+from inferpool.service.middleware import Activity, RequestContext
+from inferpool.service.openapi import model_aware_openapi
+from inferpool.service.routes import health, predict, repository, v2
 
 log = logging.getLogger(__name__)
 GRPC_GRACE_SECONDS = 1.0
@@ -42,7 +42,7 @@ def _announce(model: EngineClient, metrics: Metrics, version: str, model_version
 
 
 def create_app(settings: Settings, host: ModelHost | None = None) -> FastAPI:
-    """The app; ``host`` is one the supervisor already loaded (service.supervisor)."""
+    """The app; ``host`` is one the supervisor already loaded (inferpool.service.supervisor)."""
     metrics = Metrics.for_settings(settings)
     version = _version()
     activity = Activity()

@@ -15,9 +15,9 @@ from typing import Any
 from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from service.errors import error_response
-from service.metrics import Metrics
-from service.middleware import Pairs
+from inferpool.service.errors import error_response
+from inferpool.service.metrics import Metrics
+from inferpool.service.middleware import Pairs
 
 DOCS = frozenset({"/docs", "/docs/oauth2-redirect", "/openapi.json"})
 # Either spelling: ASGI header names are bytes, gRPC metadata keys str (both lower case).

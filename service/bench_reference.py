@@ -1,6 +1,6 @@
 """``inferpool bench``'s reference server: the least an ASGI app can do to serve ``/predict``.
 
-    python -m service.bench_reference --port N [--config FILE] [serve settings...]
+    python -m inferpool.service.bench_reference --port N [--config FILE] [serve settings...]
 
 One hand-written ASGI function under uvicorn with the server's own loop and HTTP settings
 (uvloop, httptools, no access log): read the body, ``orjson.loads``, ``np.asarray``, the same
@@ -25,10 +25,10 @@ import orjson
 import uvicorn
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from config import load_settings
-from engine import ServedModel
-from service.codec import encode_json
-from service.host import plans
+from inferpool.config import load_settings
+from inferpool.engine import ServedModel
+from inferpool.service.codec import encode_json
+from inferpool.service.host import plans
 
 JSON_HEADERS = [(b"content-type", b"application/json")]
 
@@ -74,7 +74,7 @@ def reference_app(model: ServedModel) -> ASGIApp:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m service.bench_reference", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m inferpool.service.bench_reference", description=__doc__)
     parser.add_argument("--config", type=Path)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)

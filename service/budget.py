@@ -2,21 +2,21 @@
 
 Every serving process runs one runtime pool per model, and the pools split the usable CPUs
 (affinity mask and cgroup quota) equally: each gets ``cpus // (processes x models)`` and plans
-its runtimes x intra-op threads within that share (engine.threads.plan_threads). A set fits
+its runtimes x intra-op threads within that share (inferpool.engine.threads.plan_threads). A set fits
 when every pool gets at least one CPU and its own plan fits its share; one that does not is
 refused with the numbers and what to lower, unless ``runtime.oversubscribe`` says to run over
 the budget anyway (every pool then gets one CPU at least). The config's models alone keep the
 behaviour they always had (at least one runtime each, however many share the CPUs); a model
 repository's sets, which change while serving, are held to the budget at start and at every
-load (service.plans.sized, service.desk).
+load (inferpool.service.plans.sized, inferpool.service.desk).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from engine import ConfigError, RuntimeOptions
-from engine.threads import ThreadPlan, plan_threads
+from inferpool.engine import ConfigError, RuntimeOptions
+from inferpool.engine.threads import ThreadPlan, plan_threads
 
 
 class OverBudget(ConfigError):

@@ -1,13 +1,13 @@
 """The supervisor's half of a model change: load beside what serves, then replace the
 serving processes one at a time, then close what is gone.
 
-A load, unload or rescan becomes the full list of models to serve (service.desk). The
+A load, unload or rescan becomes the full list of models to serve (inferpool.service.desk). The
 supervisor loads and warms what is new in its own process while the serving processes go on
 serving the old set (fork-safe, as at start: no thread, one intra-op thread); a model that
 fails to load, check or warm leaves everything as it was and answers the call with why. Then
 each serving process in turn is replaced by a fork of the updated supervisor, which shares its
 weights: the new one starts and says it is ready, and only then the old one is retired
-(service.retire: it stops taking connections and finishes what it holds). The process that
+(inferpool.service.retire: it stops taking connections and finishes what it holds). The process that
 asked goes last and gets its answer once every process serves the new set; the models no
 process serves any more are closed first (so that no new process inherits them), and their
 memory goes back to the system as the old processes exit.
@@ -27,11 +27,11 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from engine import EngineError
-from service import control
-from service.desk import Desk, Refused
-from service.host import ModelHost
-from service.plans import ModelPlan
+from inferpool.engine import EngineError
+from inferpool.service import control
+from inferpool.service.desk import Desk, Refused
+from inferpool.service.host import ModelHost
+from inferpool.service.plans import ModelPlan
 
 log = logging.getLogger(__name__)
 SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGCHLD}
@@ -46,7 +46,7 @@ class Changes:
     desk: Desk | None
 
     def _init_changes(self) -> None:
-        self.channels: dict[int, socket.socket] = {}  # pid -> the supervisor's end (service.control)
+        self.channels: dict[int, socket.socket] = {}  # pid -> the supervisor's end (inferpool.service.control)
         self.ready: set[int] = set()  # processes that said their models have started
         self.retired: set[int] = set()  # replaced by a newer process, finishing what they hold
         self.pending: list[tuple[int, control.Message]] = []  # calls not answered yet, in order

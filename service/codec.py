@@ -15,7 +15,7 @@ import orjson
 from fastapi import Response
 from starlette.types import Receive
 
-from service.apierror import ApiError
+from inferpool.service.apierror import ApiError
 
 _DUMP_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
 

@@ -11,8 +11,8 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from service.host import ModelHost
-from service.metrics import Metrics
+from inferpool.service.host import ModelHost
+from inferpool.service.metrics import Metrics
 
 
 def host_of(request: Request) -> ModelHost:

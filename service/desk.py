@@ -2,8 +2,8 @@
 
 A call becomes the complete list of ModelPlans to serve (the config's models, then the
 repository's); the supervisor loads what is new, replaces its serving processes and closes
-what is gone (service.supervisor). Nothing here loads a model: a bad request, a version that
-cannot be served or a set over the CPU budget (service.budget) is answered before anything
+what is gone (inferpool.service.supervisor). Nothing here loads a model: a bad request, a version that
+cannot be served or a set over the CPU budget (inferpool.service.budget) is answered before anything
 changes.
 """
 
@@ -15,11 +15,11 @@ from typing import Any
 
 import orjson
 
-from config import Settings
-from engine import ConfigError
-from service.budget import OverBudget
-from service.plans import ModelPlan, fit_budget, plans, repository_plans
-from service.repository import ModelFolder, read_model, scan
+from inferpool.config import Settings
+from inferpool.engine import ConfigError
+from inferpool.service.budget import OverBudget
+from inferpool.service.plans import ModelPlan, fit_budget, plans, repository_plans
+from inferpool.service.repository import ModelFolder, read_model, scan
 
 log = logging.getLogger(__name__)
 

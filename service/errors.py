@@ -16,9 +16,17 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from engine import DeadlineExceeded, EngineError, InvalidInput, ModelFailed, ModelLoadError, NotReady, Overloaded
-from service.apierror import ApiError, error_body
-from service.metrics import Metrics
+from inferpool.engine import (
+    DeadlineExceeded,
+    EngineError,
+    InvalidInput,
+    ModelFailed,
+    ModelLoadError,
+    NotReady,
+    Overloaded,
+)
+from inferpool.service.apierror import ApiError, error_body
+from inferpool.service.metrics import Metrics
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from starlette._utils import get_route_path
 from starlette.middleware import Middleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from service.errors import ErrorBoundary
+from inferpool.service.errors import ErrorBoundary
 
 HANDLER = "inferpool.handler"  # scope key: the raw handler FastPath matched
 Handlers = Mapping[Callable[..., Any], ASGIApp]
@@ -32,7 +32,9 @@ Handlers = Mapping[Callable[..., Any], ASGIApp]
 def documentation_only(*_: object, **__: object) -> NoReturn:
     """What a hot route's endpoint does if FastAPI's router ever calls it: FastPath answers
     those routes before routing, so reaching one means the app was wired without it."""
-    raise RuntimeError("this route is answered by service.fastpath.FastPath, which is not in front of the app")
+    raise RuntimeError(
+        "this route is answered by inferpool.service.fastpath.FastPath, which is not in front of the app"
+    )
 
 
 class FastPath:

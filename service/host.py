@@ -1,11 +1,11 @@
 """ModelHost: loads the configured models off the event loop and hands them to routes once
 every one of them is warm.
 
-Under the supervisor (service.supervisor) the parent process loads the models once
+Under the supervisor (inferpool.service.supervisor) the parent process loads the models once
 (``preload``) and every serving process it forks starts them (``start``), so all share one copy
 of the weights; readiness then also asks the supervisor's board whether every process is ready.
 Models are addressed by name and version: the config's models are version 1, a repository's
-(service.repository) have their folders' numbers, and a name alone means its latest version.
+(inferpool.service.repository) have their folders' numbers, and a name alone means its latest version.
 A serving process's set never changes; the supervisor changes it (``replan``) and forks anew.
 """
 
@@ -17,17 +17,17 @@ import threading
 import time
 from collections.abc import Callable
 
-from config import Settings
-from engine import ConfigError, EngineClient, NotReady, ServedModel
-from engine.threads import plan_threads
-from service.apierror import ApiError
-from service.board import READY, ProcessBoard
-from service.logs import model_served
-from service.plans import STATIC_VERSION, Key, ModelPlan
-from service.plans import plans as plans  # re-exported: the commands import them from here
-from service.plans import repository_plans as repository_plans
-from service.plans import sized as sized
-from service.plans import startup_plans as startup_plans
+from inferpool.config import Settings
+from inferpool.engine import ConfigError, EngineClient, NotReady, ServedModel
+from inferpool.engine.threads import plan_threads
+from inferpool.service.apierror import ApiError
+from inferpool.service.board import READY, ProcessBoard
+from inferpool.service.logs import model_served
+from inferpool.service.plans import STATIC_VERSION, Key, ModelPlan
+from inferpool.service.plans import plans as plans  # re-exported: the commands import them from here
+from inferpool.service.plans import repository_plans as repository_plans
+from inferpool.service.plans import sized as sized
+from inferpool.service.plans import startup_plans as startup_plans
 
 log = logging.getLogger(__name__)
 

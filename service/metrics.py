@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest, multiprocess
 
-from engine import EngineClient
-from service.logs import model_served
-from service.metric_slots import Child, Family, SlotCollector, SlotFile, bounds_of, observe
+from inferpool.engine import EngineClient
+from inferpool.service.logs import model_served
+from inferpool.service.metric_slots import Child, Family, SlotCollector, SlotFile, bounds_of, observe
 
 if TYPE_CHECKING:  # config imports torch; the service only reads the settings it is given
-    from config import Settings
+    from inferpool.config import Settings
 
 log = logging.getLogger(__name__)
 

@@ -22,9 +22,9 @@ from collections.abc import Iterable, Iterator
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from engine.requests import request_id
-from service.apierror import error_body
-from service.metrics import Metrics
+from inferpool.engine.requests import request_id
+from inferpool.service.apierror import error_body
+from inferpool.service.metrics import Metrics
 
 STARTED = "inferpool.started"  # scope keys the /predict route reads and writes
 INFERENCE = "inferpool.inference"

@@ -23,11 +23,11 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from engine import Handler, Schema
-from service.errors import documented_error
-from service.host import ModelHost
-from service.middleware import MAX_REQUEST_ID
-from service.openapi_schemas import (
+from inferpool.engine import Handler, Schema
+from inferpool.service.errors import documented_error
+from inferpool.service.host import ModelHost
+from inferpool.service.middleware import MAX_REQUEST_ID
+from inferpool.service.openapi_schemas import (
     Served,
     describe_predict,
     describe_v2_answer,
@@ -35,7 +35,7 @@ from service.openapi_schemas import (
     v2_example,
     zeros,
 )
-from service.routes.v2 import VERSION
+from inferpool.service.routes.v2 import VERSION
 
 PREDICT_REQUEST: dict[str, Any] = {
     "required": True,

@@ -11,10 +11,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from engine import Handler, Schema, TensorSpec
-from service.routes.v2 import VERSION
-from service.v2codec import metadata
-from service.v2types import DATATYPES
+from inferpool.engine import Handler, Schema, TensorSpec
+from inferpool.service.routes.v2 import VERSION
+from inferpool.service.v2codec import metadata
+from inferpool.service.v2types import DATATYPES
 
 LISTED_BATCHES = 32  # the most v2 batch sizes the spec lists one by one (the module docstring says why)
 # orjson reads a larger JSON integer as a float, which is not an integer to the server.

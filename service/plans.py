@@ -1,18 +1,18 @@
 """Which models to serve, as plans: the config's models, a repository's versions, and the
 serving process count and CPU budget they are sized by. Plans are data: nothing here loads a
-model (service.host does)."""
+model (inferpool.service.host does)."""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
 
-from config import Settings
-from engine import ConfigError, RuntimeOptions
-from engine.sources import required_backend
-from engine.threads import serving_processes, usable_cpus
-from service.budget import pool_plans
-from service.repository import ModelFolder, scan
+from inferpool.config import Settings
+from inferpool.engine import ConfigError, RuntimeOptions
+from inferpool.engine.sources import required_backend
+from inferpool.engine.threads import serving_processes, usable_cpus
+from inferpool.service.budget import pool_plans
+from inferpool.service.repository import ModelFolder, scan
 
 STATIC_VERSION = "1"
 
@@ -81,10 +81,10 @@ def startup_plans(settings: Settings) -> list[ModelPlan]:
 
 
 def sized(settings: Settings, cpus: int | None = None) -> Settings:
-    """``workers = 0`` replaced by the process count the CPU budget holds (engine.threads);
+    """``workers = 0`` replaced by the process count the CPU budget holds (inferpool.engine.threads);
     an explicit count above the budget is refused unless ``runtime.oversubscribe``. With a
     model repository, the count holds the repository's models too, and the set started with
-    must fit the budget (service.budget), as every set loaded later must."""
+    must fit the budget (inferpool.service.budget), as every set loaded later must."""
     cpus = usable_cpus() if cpus is None else cpus
     if settings.workers > cpus and not settings.runtime.oversubscribe:
         raise ConfigError(

@@ -22,7 +22,7 @@ from http import HTTPStatus
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from service.apierror import closing_error
+from inferpool.service.apierror import closing_error
 
 
 def guarded_protocol(read_timeout: float, max_connections: int) -> type[asyncio.Protocol]:

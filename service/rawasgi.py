@@ -12,11 +12,11 @@ from collections.abc import Iterable
 
 from starlette.types import Receive, Scope, Send
 
-from service.apierror import error_body
-from service.codec import Disconnected
-from service.errors import ErrorAnswer, answer_for, unexpected
-from service.host import ModelHost
-from service.metrics import Metrics
+from inferpool.service.apierror import error_body
+from inferpool.service.codec import Disconnected
+from inferpool.service.errors import ErrorAnswer, answer_for, unexpected
+from inferpool.service.host import ModelHost
+from inferpool.service.metrics import Metrics
 
 JSON = b"application/json"
 BINARY = b"application/octet-stream"

@@ -23,9 +23,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
-from config.settings import check_backend, check_handler, check_source
-from engine import ConfigError, RuntimeOptions
-from engine.sources import ARCHIVE_SUFFIXES, serving_options
+from inferpool.config.settings import check_backend, check_handler, check_source
+from inferpool.engine import ConfigError, RuntimeOptions
+from inferpool.engine.sources import ARCHIVE_SUFFIXES, serving_options
 
 CONFIG = "config.toml"
 

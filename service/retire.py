@@ -1,6 +1,6 @@
 """A serving process that can be retired: replaced by a newer one without refusing anything.
 
-The drain on SIGTERM (service.server) answers new requests 503, which is right when the pod
+The drain on SIGTERM (inferpool.service.server) answers new requests 503, which is right when the pod
 goes away but wrong when only its model set changes: here the process keeps serving every
 request that reaches it, and only stops taking new connections (the processes that replace
 it, forked from the updated supervisor, take them from the shared listening socket). Every
@@ -18,10 +18,10 @@ import time
 
 import uvicorn
 
-from service.control import Control
-from service.host import ModelHost
-from service.middleware import Activity
-from service.server import POLL_SECONDS, DrainingServer
+from inferpool.service.control import Control
+from inferpool.service.host import ModelHost
+from inferpool.service.middleware import Activity
+from inferpool.service.server import POLL_SECONDS, DrainingServer
 
 log = logging.getLogger(__name__)
 

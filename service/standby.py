@@ -22,7 +22,7 @@ from http.server import BaseHTTPRequestHandler
 
 import orjson
 
-from service.apierror import closing_head, error_body
+from inferpool.service.apierror import closing_head, error_body
 
 log = logging.getLogger(__name__)
 MAX_DISCARD = 64 << 20  # request bodies read and dropped, so that closing does not reset

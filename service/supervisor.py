@@ -13,14 +13,14 @@ Every process serves on the one listening socket the supervisor bound (the kerne
 new connection to whichever process accepts first). The ProcessBoard, shared memory made
 before the fork, tells each process whether all the others are ready and whether a drain has
 begun. On SIGTERM or SIGINT: the board says "draining" (every process's readiness turns 503 at
-once), each process drains (service.server), and what is left in the listen backlog gets a
-503 from the standby server before the socket closes (service.standby). A process that dies is
+once), each process drains (inferpool.service.server), and what is left in the listen backlog gets a
+503 from the standby server before the socket closes (inferpool.service.standby). A process that dies is
 replaced by a new fork of the same loaded state.
 
-With a model repository, the model set changes here too (service.changes): the supervisor
+With a model repository, the model set changes here too (inferpool.service.changes): the supervisor
 loads the new set beside the old, then replaces the serving processes one at a time; each
 process asks for a change, and says it is ready, over a socket pair made before its fork
-(service.control).
+(inferpool.service.control).
 """
 
 from __future__ import annotations
@@ -37,14 +37,14 @@ from collections.abc import Mapping
 import uvicorn
 from prometheus_client import Counter, multiprocess
 
-from config import Settings
-from engine import EngineError
-from service import control
-from service.board import DOWN, ProcessBoard
-from service.changes import SIGNALS, Changes
-from service.desk import Desk
-from service.host import ModelHost
-from service.standby import Standby, answer_backlog
+from inferpool.config import Settings
+from inferpool.engine import EngineError
+from inferpool.service import control
+from inferpool.service.board import DOWN, ProcessBoard
+from inferpool.service.changes import SIGNALS, Changes
+from inferpool.service.desk import Desk
+from inferpool.service.host import ModelHost
+from inferpool.service.standby import Standby, answer_backlog
 
 log = logging.getLogger(__name__)
 BACKLOG = 2048
@@ -135,8 +135,8 @@ class Supervisor(Changes):
         return pid
 
     def _serve(self, slot: int, listener: socket.socket, host: ModelHost, channel: socket.socket) -> int:
-        from service.app import create_app
-        from service.retire import RetiringServer
+        from inferpool.service.app import create_app
+        from inferpool.service.retire import RetiringServer
 
         # Its own process group: a terminal's Ctrl-C reaches only the supervisor, which then
         # drains every process once (a second signal would skip the drain).

@@ -10,10 +10,10 @@ import time
 
 from starlette.types import Scope
 
-from engine import Prediction
-from service.apierror import ApiError
-from service.metrics import Inference, Metrics
-from service.middleware import INFERENCE, STARTED
+from inferpool.engine import Prediction
+from inferpool.service.apierror import ApiError
+from inferpool.service.metrics import Inference, Metrics
+from inferpool.service.middleware import INFERENCE, STARTED
 
 TIMEOUT_HEADER = b"x-request-timeout-ms"
 # A JSON number without a sign, in ASCII: float() alone would also take " 5", "+5", "1_000",

@@ -5,7 +5,7 @@ so the view is writable and torch takes it without a copy), after checking that 
 shape and byte count agree. Binary outputs are the runtime's arrays' own bytes appended to
 the response. This is the HTTP counterpart of AOTInductor's ArrayRef interface.
 
-``BYTES`` tensors (text, for models with a handler: engine.handlers) are object arrays of
+``BYTES`` tensors (text, for models with a handler: inferpool.engine.handlers) are object arrays of
 ``bytes``: in JSON a list of strings, in binary each element a 4-byte little-endian length and
 then its bytes, as Triton lays them out.
 """
@@ -20,9 +20,9 @@ from typing import Any, TypeGuard
 import numpy as np
 import orjson
 
-from engine import Handler, Schema
-from engine.schema import Array
-from service.v2types import (
+from inferpool.engine import Handler, Schema
+from inferpool.engine.schema import Array
+from inferpool.service.v2types import (
     DATATYPES,
     LITTLE,
     V2_TYPES,

@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from engine.schema import Array
-from service.apierror import ApiError
+from inferpool.engine.schema import Array
+from inferpool.service.apierror import ApiError
 
 DATATYPES = {
     "BOOL": "bool", "UINT8": "uint8", "UINT16": "uint16", "UINT32": "uint32", "UINT64": "uint64",

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from engine import InferenceModule, RuntimeOptions
-from engine.threads import ThreadPlan, apply_thread_plan
-from engine.zoo.digits import build
+from inferpool.engine import InferenceModule, RuntimeOptions
+from inferpool.engine.threads import ThreadPlan, apply_thread_plan
+from inferpool.engine.zoo.digits import build
 
 # Servers the tests start (in process, or as subprocesses, which inherit this) leave gRPC off
 # unless a test asks for it with --grpc-port: several run at once, and its default is one port.

@@ -16,21 +16,21 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from engine.backends.base import Runtime
+    from inferpool.engine.backends.base import Runtime
 
 BACKEND_PATHS = {
-    "eager": "engine.backends.eager:EagerRuntime",
-    "onnxruntime": "engine.backends.onnxruntime:OnnxRuntime",
-    "torchscript": "engine.backends.torchscript:TorchScriptRuntime",
-    "aoti": "engine.backends.aoti:AotiRuntime",
-    "static": "engine.backends.static:StaticRuntime",
+    "eager": "inferpool.engine.backends.eager:EagerRuntime",
+    "onnxruntime": "inferpool.engine.backends.onnxruntime:OnnxRuntime",
+    "torchscript": "inferpool.engine.backends.torchscript:TorchScriptRuntime",
+    "aoti": "inferpool.engine.backends.aoti:AotiRuntime",
+    "static": "inferpool.engine.backends.static:StaticRuntime",
 }
 
 
 class AotiInterface(StrEnum):
     """``RuntimeOptions.aoti_interface``: how the ``aoti`` backend calls a compiled package. The
-    backend's loaders (engine.backends.aoti.runners) and compile configs (engine.backends.aoti.compile)
-    are keyed by these members; a member compares and hashes as its string."""
+    backend's loaders (engine/backends/aoti/runners.py) and compile configs
+    (engine/backends/aoti/compile.py) are keyed by these members; a member compares and hashes as its string."""
 
     MINIMAL_ARRAYREF = "minimal_arrayref"
     """The library's C ABI through ctypes on the request's arrays; releases the GIL."""

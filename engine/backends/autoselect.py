@@ -38,13 +38,13 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from engine.backends import BACKENDS
-from engine.backends.base import Runtime
-from engine.backends.parity import eager_outputs, first_mismatch
-from engine.errors import ConfigError, EngineError, ModelLoadError
-from engine.module import InferenceModule
-from engine.options import AUTO_CANDIDATES, RuntimeOptions
-from engine.schema import Array
+from inferpool.engine.backends import BACKENDS
+from inferpool.engine.backends.base import Runtime
+from inferpool.engine.backends.parity import eager_outputs, first_mismatch
+from inferpool.engine.errors import ConfigError, EngineError, ModelLoadError
+from inferpool.engine.module import InferenceModule
+from inferpool.engine.options import AUTO_CANDIDATES, RuntimeOptions
+from inferpool.engine.schema import Array
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ def resolve_backend(module: InferenceModule, options: RuntimeOptions) -> Backend
     if options.backend == AUTO:
         choice = choose(module, options, {n: BACKENDS[n] for n in options.auto_backends or AUTO_CANDIDATES})
         # A backend whose artifact holds its own copy of the weights lets the torch module's go,
-        # now that nothing else will run it (onnxruntime; see engine.backends.weights).
+        # now that nothing else will run it (onnxruntime; see inferpool.engine.backends.weights).
         release = getattr(choice.backend, "release_weights", None)
         if release is not None:
             release(module)

@@ -6,10 +6,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from engine.backends.parity import Tolerance
-from engine.module import InferenceModule
-from engine.options import RuntimeOptions
-from engine.schema import Array
+from inferpool.engine.backends.parity import Tolerance
+from inferpool.engine.module import InferenceModule
+from inferpool.engine.options import RuntimeOptions
+from inferpool.engine.schema import Array
 
 
 class Runtime(ABC):
@@ -26,7 +26,7 @@ class Runtime(ABC):
 
     tolerance: ClassVar[Tolerance] = Tolerance(rtol=1e-4, atol=1e-5)
     """How far its float outputs may stray from eager PyTorch's in the parity checks
-    (engine.backends.parity): rounding of the same kernels by default."""
+    (inferpool.engine.backends.parity): rounding of the same kernels by default."""
 
     threaded_artifact: ClassVar[bool] = False
     """The shared artifact starts threads of its own when ``intra_op_threads`` > 1 (an ORT

@@ -6,8 +6,8 @@ from collections.abc import Mapping
 
 import torch
 
-from engine.backends.base import Runtime
-from engine.schema import Array
+from inferpool.engine.backends.base import Runtime
+from inferpool.engine.schema import Array
 
 
 class EagerRuntime(Runtime):

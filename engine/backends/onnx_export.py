@@ -1,4 +1,4 @@
-"""Export a model to ONNX once, cached by content hash (engine.compile_cache), so that a restart
+"""Export a model to ONNX once, cached by content hash (inferpool.engine.compile_cache), so that a restart
 loads the file instead of exporting again (the export is most of onnxruntime's start; building
 a session from the file is a small part of it).
 
@@ -38,8 +38,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from engine.backends import unfaulted
-from engine.compile_cache import (
+from inferpool.engine.backends import unfaulted
+from inferpool.engine.compile_cache import (
     artifact_path,
     cache_dir,
     content_key,
@@ -47,10 +47,10 @@ from engine.compile_cache import (
     tensor_parts,
     write_atomically,
 )
-from engine.errors import ModelLoadError, import_optional
-from engine.module import InferenceModule
-from engine.options import RuntimeOptions
-from engine.schema import Array, TensorSpec
+from inferpool.engine.errors import ModelLoadError, import_optional
+from inferpool.engine.module import InferenceModule
+from inferpool.engine.options import RuntimeOptions
+from inferpool.engine.schema import Array, TensorSpec
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +175,7 @@ def source_key(module: InferenceModule) -> str | None:
     specs = [repr(spec) for spec in module.schema.inputs + module.schema.outputs]
     parts = ["source", EXPORTER, f"optimize={OPTIMIZE}", LAYOUT, *specs, _versions(), *code]
     values = module.module.state_dict()
-    try:  # weights mapped from a file are read from it, not faulted in (engine.backends.unfaulted)
+    try:  # weights mapped from a file are read from it, not faulted in (inferpool.engine.backends.unfaulted)
         return unfaulted.content_key([*parts, *unfaulted.value_parts(values)])
     except OSError:
         return content_key([*parts, *named_value_parts(values)])

@@ -3,11 +3,11 @@
 ``compile`` builds the session once per model (the AOTInductor/Static Runtime split): ORT's
 ``Run`` is thread-safe and releases the GIL, and each extra session would hold its own copy of
 the weights. A runtime keeps only its RunOptions. The export itself is
-cached on disk (engine.backends.onnx_export): a restart builds the session from the file.
+cached on disk (inferpool.engine.backends.onnx_export): a restart builds the session from the file.
 
 Weights once: when onnxruntime alone serves the model (``backend = "onnxruntime"``, or ``auto``
 chose it: ``release_weights``), the torch module's weights are moved into a mapped file
-(engine.backends.weights) once the eager reference for the parity check is computed and before
+(inferpool.engine.backends.weights) once the eager reference for the parity check is computed and before
 the session is built, so the two copies are never resident together. A module so released is
 remembered with its checked export and reference: the session a forked process rebuilds for
 more intra-op threads (``threaded_artifact``) is built from that file and checked against that
@@ -31,17 +31,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from engine.backends.base import Runtime
-from engine.backends.onnx_export import KEY_METADATA, OnnxExport, Progress, ensure_export, require
-from engine.backends.parity import Tolerance, eager_outputs, first_mismatch
-from engine.backends.weights import map_weights
-from engine.compile_cache import cache_dir
-from engine.errors import ModelLoadError
-from engine.module import InferenceModule
-from engine.onnx_source import onnx_file_session
-from engine.options import RuntimeOptions
-from engine.schema import Array
-from engine.sources import load_model
+from inferpool.engine.backends.base import Runtime
+from inferpool.engine.backends.onnx_export import KEY_METADATA, OnnxExport, Progress, ensure_export, require
+from inferpool.engine.backends.parity import Tolerance, eager_outputs, first_mismatch
+from inferpool.engine.backends.weights import map_weights
+from inferpool.engine.compile_cache import cache_dir
+from inferpool.engine.errors import ModelLoadError
+from inferpool.engine.module import InferenceModule
+from inferpool.engine.onnx_source import onnx_file_session
+from inferpool.engine.options import RuntimeOptions
+from inferpool.engine.schema import Array
+from inferpool.engine.sources import load_model
 
 log = logging.getLogger(__name__)
 WEIGHTS_SUFFIX = ".weights.pt"
@@ -54,7 +54,7 @@ class Checked:
     exported: OnnxExport
     reference: Sequence[np.ndarray]
     released: bool = False
-    """The torch weights were moved out of memory (see engine.backends.weights)."""
+    """The torch weights were moved out of memory (see inferpool.engine.backends.weights)."""
 
 
 _checked: weakref.WeakKeyDictionary[torch.nn.Module, Checked] = weakref.WeakKeyDictionary()
@@ -79,7 +79,7 @@ def session_options(options: RuntimeOptions) -> Any:
     # the parent and a child's runs (still correct: unclaimed work runs on the caller) use one.
     so.intra_op_num_threads = options.intra_op_threads
     # Requests already run in parallel on the runtimes; inter-op parallelism would only
-    # add threads competing for the same cores (as in engine.threads for torch).
+    # add threads competing for the same cores (as in inferpool.engine.threads for torch).
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL

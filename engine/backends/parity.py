@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from engine.module import InferenceModule, flatten_outputs
-from engine.schema import Array
+from inferpool.engine.module import InferenceModule, flatten_outputs
+from inferpool.engine.schema import Array
 
 
 @dataclass(frozen=True)

@@ -32,13 +32,13 @@ from typing import Any
 import torch
 from torch.jit._trace import TracerWarning
 
-from engine.backends.base import Runtime
-from engine.backends.parity import Tolerance, eager_outputs, first_mismatch, random_inputs
-from engine.errors import ModelLoadError
-from engine.module import InferenceModule, flatten_outputs
-from engine.options import RuntimeOptions
-from engine.schema import Array
-from engine.torchscript_archive import TorchScriptArchive, quiet_jit
+from inferpool.engine.backends.base import Runtime
+from inferpool.engine.backends.parity import Tolerance, eager_outputs, first_mismatch, random_inputs
+from inferpool.engine.errors import ModelLoadError
+from inferpool.engine.module import InferenceModule, flatten_outputs
+from inferpool.engine.options import RuntimeOptions
+from inferpool.engine.schema import Array
+from inferpool.engine.torchscript_archive import TorchScriptArchive, quiet_jit
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ in docs/BENCHMARKS.md, "Weights once (issue 22)"). So a tensor that is a plain r
 a file mapping, none of its pages modified in memory (``/proc/self/pagemap``: no page private,
 none swapped), is hashed from the file with ``pread``: the same bytes, through the page cache,
 which counts in no one's RSS.
-Anything else is hashed in memory, as ``engine.compile_cache.named_value_parts`` does; the key
+Anything else is hashed in memory, as ``inferpool.engine.compile_cache.named_value_parts`` does; the key
 is the same either way (``content_key``'s encoding, a file part read in chunks).
 """
 
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from engine.compile_cache import KEY_CHARS, machine_fingerprint, named_value_parts
+from inferpool.engine.compile_cache import KEY_CHARS, machine_fingerprint, named_value_parts
 
 CHUNK = 1 << 20
 
@@ -110,7 +110,7 @@ def _span_or_none(tensor: torch.Tensor, mappings: list[FileMapping]) -> tuple[to
 
 
 def content_key(parts: Iterable[bytes | memoryview | str | FileBytes]) -> str:
-    """``engine.compile_cache.content_key`` over parts that may be FileBytes (the same key for
+    """``inferpool.engine.compile_cache.content_key`` over parts that may be FileBytes (the same key for
     the same bytes, wherever they are read from)."""
     digest = hashlib.sha256(machine_fingerprint().encode())
     for part in parts:

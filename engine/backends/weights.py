@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from engine.compile_cache import write_atomically
+from inferpool.engine.compile_cache import write_atomically
 
 log = logging.getLogger(__name__)
 

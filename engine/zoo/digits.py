@@ -1,6 +1,6 @@
 """The built-in default model: a small CNN that classifies 8x8 handwritten digits.
 
-Trained by ``python -m engine.zoo.train_digits`` on scikit-learn's bundled digits data
+Trained by ``python -m inferpool.engine.zoo.train_digits`` on scikit-learn's bundled digits data
 (no download). The weights ship next to this file, so serving needs neither sklearn nor
 the network.
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from engine.spec import ModelSpec
+from inferpool.engine.spec import ModelSpec
 
 WEIGHTS = Path(__file__).with_name("digits_cnn.pt")
 # sklearn's digits are 0..16 grey levels; the model scales them itself so that clients can
@@ -49,7 +49,7 @@ class DigitsCNN(nn.Module):
 
 
 def build() -> ModelSpec:
-    """Factory named by the default config: ``engine.zoo.digits:build``."""
+    """Factory named by the default config: ``inferpool.engine.zoo.digits:build``."""
     model = DigitsCNN()
     model.load_state_dict(torch.load(WEIGHTS, map_location="cpu", weights_only=True))
     return ModelSpec(

@@ -21,10 +21,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from engine.errors import InvalidInput, ModelLoadError
-from engine.handlers import Handler
-from engine.schema import Array
-from engine.spec import ModelSpec
+from inferpool.engine.errors import InvalidInput, ModelLoadError
+from inferpool.engine.handlers import Handler
+from inferpool.engine.schema import Array
+from inferpool.engine.spec import ModelSpec
 
 MAX_TOKENS = 256
 """The model's limit (sentence-transformers' max_seq_length for it), special tokens included."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from engine.spec import ModelSpec
+from inferpool.engine.spec import ModelSpec
 
 SEED = 0
 
@@ -25,7 +25,7 @@ class MLP(nn.Module):
 
 
 def build() -> ModelSpec:
-    """``engine.zoo.mlp:build``; the same weights on every call (fixed seed, no file)."""
+    """``inferpool.engine.zoo.mlp:build``; the same weights on every call (fixed seed, no file)."""
     generator = torch.Generator().manual_seed(SEED)
     model = MLP()
     with torch.no_grad():

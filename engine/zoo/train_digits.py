@@ -1,6 +1,6 @@
 """Train the built-in digits CNN deterministically and write ``digits_cnn.pt``.
 
-    python -m engine.zoo.train_digits
+    python -m inferpool.engine.zoo.train_digits
 
 Needs scikit-learn (the ``test`` extra) for its bundled 8x8 digits data; nothing is
 downloaded. Fixed seeds and deterministic kernels make reruns reproduce the same weights on
@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from engine.zoo.digits import WEIGHTS, DigitsCNN
+from inferpool.engine.zoo.digits import WEIGHTS, DigitsCNN
 
 SEED = 0
 HELD_OUT_FRACTION = 0.2

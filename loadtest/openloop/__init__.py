@@ -22,8 +22,8 @@ Requests whose intended time falls in the first ``--warmup`` seconds are sent bu
 run is bounded: ``--duration`` seconds of schedule plus at most ``--drain`` seconds for answers
 still in flight (those left are counted ``unanswered``), and ``--max-requests`` in all.
 
-The client is ``harness.client.Connection``, asyncio streams (uvloop when installed) writing one
-pre-built request (``harness.payloads``) and parsing just the status line, ``Content-Length``
+The client is ``inferpool.harness.client.Connection``, asyncio streams (uvloop when installed) writing one
+pre-built request (``inferpool.harness.payloads``) and parsing just the status line, ``Content-Length``
 (or chunked) and ``Connection: close``; against ``loadtest.tiny_server`` it costs 30-60 us of
 CPU per request and reaches ~20k req/s on one core. It shares the machine with the server: its
 own CPU time is reported (``generator_cpu``: ``getrusage`` over the run, in cores), and ``--pin-cpu``

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 import loadtest.openloop
-from harness.payloads import PAYLOADS
+from inferpool.harness.payloads import PAYLOADS
 from loadtest.openloop.report import brief, write_results
 from loadtest.openloop.sweep import sweep
 

@@ -11,8 +11,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from harness.client import Connection
-from harness.payloads import Payload
+from inferpool.harness.client import Connection
+from inferpool.harness.payloads import Payload
 
 
 @dataclass

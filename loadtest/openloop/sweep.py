@@ -11,7 +11,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from harness.payloads import Payload
+from inferpool.harness.payloads import Payload
 from loadtest.openloop.schedule import RunConfig, run
 from loadtest.openloop.stats import summarize
 from loadtest.procs import tree_cpu_seconds, tree_rss_bytes

@@ -2,7 +2,7 @@
 
     python -m loadtest.peers.fastapi_baseline --port 8001 [--workers 2]
 
-Same model and weights (``engine.zoo.digits:build``), a plain ``def`` endpoint (FastAPI runs it
+Same model and weights (``inferpool.engine.zoo.digits:build``), a plain ``def`` endpoint (FastAPI runs it
 in its threadpool, so the event loop never blocks) calling the model under
 ``torch.inference_mode()``, a pydantic body, an orjson response, ``torch.set_num_threads(1)``,
 uvicorn with uvloop + httptools, one process (``--workers N``: uvicorn's own N processes,
@@ -21,7 +21,7 @@ import uvicorn
 from fastapi import FastAPI, Response
 from pydantic import BaseModel
 
-from engine.zoo.digits import build
+from inferpool.engine.zoo.digits import build
 
 torch.set_num_threads(1)
 MODEL = build().module.eval()

@@ -17,7 +17,7 @@ from typing import Any
 import litserve as ls  # type: ignore[import-not-found]
 import torch
 
-from engine.zoo.digits import WEIGHTS, DigitsCNN
+from inferpool.engine.zoo.digits import WEIGHTS, DigitsCNN
 
 
 class DigitsAPI(ls.LitAPI):  # type: ignore[misc]

@@ -14,12 +14,12 @@ import base64
 from collections.abc import Mapping
 from typing import Any
 
-from service.apierror import ApiError
-from service.control import Control, Message
-from service.errors import ErrorAnswer
-from service.grpc_v2 import inference_pb2 as pb
-from service.grpc_v2.status import Refused
-from service.routes.repository import control_for
+from inferpool.service.apierror import ApiError
+from inferpool.service.control import Control, Message
+from inferpool.service.errors import ErrorAnswer
+from inferpool.service.grpc_v2 import inference_pb2 as pb
+from inferpool.service.grpc_v2.status import Refused
+from inferpool.service.routes.repository import control_for
 
 
 class Repository:

@@ -19,13 +19,13 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
-from config import Settings
-from service.auth import ApiKey
-from service.control import Control
-from service.grpc_v2.servicer import SERVICE, Servicer
-from service.host import ModelHost
-from service.metrics import Metrics
-from service.middleware import Activity
+from inferpool.config import Settings
+from inferpool.service.auth import ApiKey
+from inferpool.service.control import Control
+from inferpool.service.grpc_v2.servicer import SERVICE, Servicer
+from inferpool.service.host import ModelHost
+from inferpool.service.metrics import Metrics
+from inferpool.service.middleware import Activity
 
 log = logging.getLogger(__name__)
 HEALTH_POLL_SECONDS = 0.25

@@ -21,21 +21,21 @@ from typing import Any
 
 import grpc
 
-from engine import NotReady, Overloaded
-from engine.requests import request_id
-from service.auth import ApiKey
-from service.control import Control
-from service.errors import ErrorAnswer, answer_for
-from service.grpc_v2 import inference_pb2 as pb
-from service.grpc_v2 import tensors
-from service.grpc_v2.repository import Repository
-from service.grpc_v2.status import Refused, code_of, status_of
-from service.host import ModelHost
-from service.metrics import Inference, Metrics
-from service.middleware import Activity, client_request_id, request_ids
-from service.routes.v2 import ExpectedInputs, find_model
-from service.timing import deadline
-from service.v2codec import metadata
+from inferpool.engine import NotReady, Overloaded
+from inferpool.engine.requests import request_id
+from inferpool.service.auth import ApiKey
+from inferpool.service.control import Control
+from inferpool.service.errors import ErrorAnswer, answer_for
+from inferpool.service.grpc_v2 import inference_pb2 as pb
+from inferpool.service.grpc_v2 import tensors
+from inferpool.service.grpc_v2.repository import Repository
+from inferpool.service.grpc_v2.status import Refused, code_of, status_of
+from inferpool.service.host import ModelHost
+from inferpool.service.metrics import Inference, Metrics
+from inferpool.service.middleware import Activity, client_request_id, request_ids
+from inferpool.service.routes.v2 import ExpectedInputs, find_model
+from inferpool.service.timing import deadline
+from inferpool.service.v2codec import metadata
 
 log = logging.getLogger(__name__)
 SERVICE = "inference.GRPCInferenceService"

@@ -1,4 +1,4 @@
-"""Errors as gRPC statuses. The answer is the one the REST front end gives (service.errors:
+"""Errors as gRPC statuses. The answer is the one the REST front end gives (inferpool.service.errors:
 same reasons, same words, same metrics), mapped by its HTTP status to a gRPC code; a refusal
 worth retrying carries google.rpc.RetryInfo, gRPC's standard form of Retry-After."""
 
@@ -10,7 +10,7 @@ from google.protobuf.duration_pb2 import Duration
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from service.errors import ErrorAnswer
+from inferpool.service.errors import ErrorAnswer
 
 CODES: dict[int, grpc.StatusCode] = {
     400: grpc.StatusCode.INVALID_ARGUMENT,

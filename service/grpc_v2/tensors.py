@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from engine.schema import Array
-from service.grpc_v2 import inference_pb2 as pb
-from service.v2codec import UINT64_MAX
-from service.v2types import (
+from inferpool.engine.schema import Array
+from inferpool.service.grpc_v2 import inference_pb2 as pb
+from inferpool.service.v2codec import UINT64_MAX
+from inferpool.service.v2types import (
     DATATYPES,
     LITTLE,
     TensorMeta,

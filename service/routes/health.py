@@ -5,9 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from service.codec import json_response
-from service.deps import HostDep, MetricsDep
-from service.openapi import HEALTH_RESPONSES
+from inferpool.service.codec import json_response
+from inferpool.service.deps import HostDep, MetricsDep
+from inferpool.service.openapi import HEALTH_RESPONSES
 
 router = APIRouter()
 

@@ -10,13 +10,13 @@ import time
 from fastapi import APIRouter, Request, Response
 from starlette.types import Receive, Scope
 
-from engine.requests import request_id
-from service.codec import decode_inputs, encode_json, read_body
-from service.errors import documented_error
-from service.fastpath import documentation_only
-from service.openapi import PREDICT_REQUEST, PREDICT_RESPONSES
-from service.rawasgi import JSON, Answer, RawRoute, request_headers
-from service.timing import TIMEOUT_HEADER, deadline, record
+from inferpool.engine.requests import request_id
+from inferpool.service.codec import decode_inputs, encode_json, read_body
+from inferpool.service.errors import documented_error
+from inferpool.service.fastpath import documentation_only
+from inferpool.service.openapi import PREDICT_REQUEST, PREDICT_RESPONSES
+from inferpool.service.rawasgi import JSON, Answer, RawRoute, request_headers
+from inferpool.service.timing import TIMEOUT_HEADER, deadline, record
 
 router = APIRouter()
 HEADERS = frozenset({b"content-length", b"content-encoding", TIMEOUT_HEADER})

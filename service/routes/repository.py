@@ -1,9 +1,9 @@
 """The model repository API, as Triton speaks it: index, load, unload.
 
 A serving process cannot change the model set alone (every process must serve the same one),
-so each call goes to the supervisor over the process's control channel (service.control) and
+so each call goes to the supervisor over the process's control channel (inferpool.service.control) and
 its answer comes back as is; a load or unload answers once every process serves the new set.
-The routes need the API key whenever one is set (config.settings refuses to exempt them);
+The routes need the API key whenever one is set (inferpool.config.settings refuses to exempt them);
 load and unload answer 403 unless model_control_mode is 'explicit'.
 """
 
@@ -14,10 +14,10 @@ from typing import Any
 import orjson
 from fastapi import APIRouter, Request, Response
 
-from service.apierror import ApiError
-from service.codec import json_response
-from service.control import Control
-from service.errors import ERROR_RESPONSES, documented_error
+from inferpool.service.apierror import ApiError
+from inferpool.service.codec import json_response
+from inferpool.service.control import Control
+from inferpool.service.errors import ERROR_RESPONSES, documented_error
 
 RESPONSES: dict[int | str, dict[str, Any]] = {
     400: documented_error("The model cannot be loaded (the reason says why); what served keeps serving."),

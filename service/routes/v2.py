@@ -11,18 +11,18 @@ import time
 from fastapi import APIRouter, Request, Response
 from starlette.types import Receive, Scope
 
-from engine import EngineClient
-from engine.requests import request_id
-from service.codec import json_response, read_body
-from service.deps import HostDep, host_of
-from service.errors import ERROR_RESPONSES
-from service.fastpath import documentation_only
-from service.host import ModelHost
-from service.metrics import Metrics
-from service.rawasgi import BINARY, JSON, Answer, RawRoute, request_headers
-from service.timing import TIMEOUT_HEADER, deadline, record
-from service.v2codec import HEADER_LENGTH, encode_response, metadata, parse_request
-from service.v2types import TensorMeta
+from inferpool.engine import EngineClient
+from inferpool.engine.requests import request_id
+from inferpool.service.codec import json_response, read_body
+from inferpool.service.deps import HostDep, host_of
+from inferpool.service.errors import ERROR_RESPONSES
+from inferpool.service.fastpath import documentation_only
+from inferpool.service.host import ModelHost
+from inferpool.service.metrics import Metrics
+from inferpool.service.rawasgi import BINARY, JSON, Answer, RawRoute, request_headers
+from inferpool.service.timing import TIMEOUT_HEADER, deadline, record
+from inferpool.service.v2codec import HEADER_LENGTH, encode_response, metadata, parse_request
+from inferpool.service.v2types import TensorMeta
 
 router = APIRouter(prefix="/v2", tags=["Open Inference Protocol v2"], responses=ERROR_RESPONSES)
 VERSION = "1"  # the version of the config's models; a repository's have their folders' numbers

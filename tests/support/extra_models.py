@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from engine import ModelSpec
+from inferpool.engine import ModelSpec
 
 
 class Affine(torch.nn.Module):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from engine import ModelSpec
-from engine.zoo.digits import build as build_digits
+from inferpool.engine import ModelSpec
+from inferpool.engine.zoo.digits import build as build_digits
 
 POISON = -1.0  # a pixel value the digits data never has
 

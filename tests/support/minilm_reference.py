@@ -24,7 +24,7 @@ def reference() -> np.ndarray:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from sentence_transformers import SentenceTransformer
 
-    from engine.zoo.minilm import model_dir
+    from inferpool.engine.zoo.minilm import model_dir
 
     model = SentenceTransformer(str(model_dir()), device="cpu")
     return np.asarray(model.encode(SENTENCES, normalize_embeddings=True))

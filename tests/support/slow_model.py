@@ -6,8 +6,8 @@ import time
 
 import torch
 
-from engine import ModelSpec
-from engine.zoo.digits import build as build_digits
+from inferpool.engine import ModelSpec
+from inferpool.engine.zoo.digits import build as build_digits
 
 LOAD_SECONDS = 1.5
 

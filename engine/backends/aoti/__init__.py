@@ -4,9 +4,9 @@
 compiled library's C ABI through ctypes, ``runners`` loads a package once and makes each
 runtime's caller, and ``runtime`` is the backend: the shared artifact and the per-worker
 ``AotiRuntime``. Importing this package opens libtorch through ctypes (``abi``), which is why
-the backend table (engine.backends) names it by an import string.
+the backend table (inferpool.engine.backends) names it by an import string.
 """
 
-from engine.backends.aoti.runtime import AotiArtifact, AotiRuntime
+from inferpool.engine.backends.aoti.runtime import AotiArtifact, AotiRuntime
 
 __all__ = ["AotiArtifact", "AotiRuntime"]

@@ -1,12 +1,12 @@
 """Export a model at fixed batch sizes and compile each to an AOTInductor ``.pt2`` package,
-cached by content hash (engine.compile_cache) so that a restart finds it instead of recompiling.
+cached by content hash (inferpool.engine.compile_cache) so that a restart finds it instead of recompiling.
 
 AOTInductor packages have static shapes here: one package per compiled batch size, each
-exported with that batch baked in (engine.backends.aoti routes requests to them). The cache
+exported with that batch baked in (inferpool.engine.backends.aoti routes requests to them). The cache
 key covers the exported graph and every weight's bytes, the batch size, the interface and its
 inductor configs, torch's intra-op thread count at compile time (Inductor generates OpenMP
 regions for it: none for one thread, so a package built for more would run a thread team in a
-process that serve forks after loading, see engine.threads.apply_loading_plan) and the machine
+process that serve forks after loading, see inferpool.engine.threads.apply_loading_plan) and the machine
 (torch version, ISA): change any and the key changes.
 """
 
@@ -23,13 +23,13 @@ from pathlib import Path
 
 import torch
 
-from engine.backends import AotiInterface
-from engine.compile_cache import cache_dir, content_key, tensor_parts, write_atomically
-from engine.errors import ModelLoadError
-from engine.module import InferenceModule
-from engine.options import RuntimeOptions
-from engine.schema import TensorSpec
-from engine.sources import load_model
+from inferpool.engine.backends import AotiInterface
+from inferpool.engine.compile_cache import cache_dir, content_key, tensor_parts, write_atomically
+from inferpool.engine.errors import ModelLoadError
+from inferpool.engine.module import InferenceModule
+from inferpool.engine.options import RuntimeOptions
+from inferpool.engine.schema import TensorSpec
+from inferpool.engine.sources import load_model
 
 log = logging.getLogger(__name__)
 

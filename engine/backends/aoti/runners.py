@@ -2,7 +2,7 @@
 
 Two interfaces, picked by ``RuntimeOptions.aoti_interface`` from ``INTERFACES``:
 
-- ``minimal_arrayref``: the package's ``.so`` opened with ctypes (engine.backends.aoti.abi).
+- ``minimal_arrayref``: the package's ``.so`` opened with ctypes (inferpool.engine.backends.aoti.abi).
   PyTorch's container runner loads the weights once; every runtime creates its own model
   instance (own activations) over those same weight tensors, and calls
   ``AOTInductorModelRunMinimalArrayrefInterfaceV2`` with descriptors that point, zero-copy, at
@@ -34,8 +34,8 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from engine.backends import AotiInterface
-from engine.backends.aoti.abi import (
+from inferpool.engine.backends import AotiInterface
+from inferpool.engine.backends.aoti.abi import (
     DTYPE_CODES,
     AotiError,
     ArrayRefTensor,
@@ -43,8 +43,8 @@ from engine.backends.aoti.abi import (
     check_elf,
     describe,
 )
-from engine.backends.aoti.compile import static_shape
-from engine.schema import Schema
+from inferpool.engine.backends.aoti.compile import static_shape
+from inferpool.engine.schema import Schema
 
 # Output storage is a fresh tensor per call whose address the allocator recycles (7 distinct
 # addresses in 1000 calls on the MLP, alternating): views are cached per address, a few at most.

@@ -1,7 +1,7 @@
 """AOTInductor: the model compiled ahead of time to a C++ library per batch size.
 
-``compile`` finds (or compiles and caches, see engine.backends.aoti.compile) one package per
-compiled batch size, loads each once (engine.backends.aoti.runners: weights once per
+``compile`` finds (or compiles and caches, see inferpool.engine.backends.aoti.compile) one package per
+compiled batch size, loads each once (inferpool.engine.backends.aoti.runners: weights once per
 package, however many runtimes) and checks each against eager on the example inputs, so that a
 corrupt, truncated or mismatched package is a ModelLoadError at load, never a wrong answer.
 
@@ -22,15 +22,15 @@ from typing import Any
 
 import numpy as np
 
-from engine.backends.aoti.compile import Package, ensure_packages
-from engine.backends.aoti.runners import INTERFACES, Caller, Shared
-from engine.backends.base import Runtime
-from engine.backends.parity import Tolerance, eager_outputs, first_mismatch, random_inputs
-from engine.errors import ConfigError, InvalidInput, ModelLoadError
-from engine.module import InferenceModule
-from engine.options import RuntimeOptions
-from engine.schema import Array
-from engine.threads import usable_cpus
+from inferpool.engine.backends.aoti.compile import Package, ensure_packages
+from inferpool.engine.backends.aoti.runners import INTERFACES, Caller, Shared
+from inferpool.engine.backends.base import Runtime
+from inferpool.engine.backends.parity import Tolerance, eager_outputs, first_mismatch, random_inputs
+from inferpool.engine.errors import ConfigError, InvalidInput, ModelLoadError
+from inferpool.engine.module import InferenceModule
+from inferpool.engine.options import RuntimeOptions
+from inferpool.engine.schema import Array
+from inferpool.engine.threads import usable_cpus
 
 
 @dataclass(frozen=True)
@@ -130,7 +130,7 @@ class AotiRuntime(Runtime):
                     f"[{size}, {', '.join(map(str, buffer.shape[1:]))}] {buffer.dtype}"
                 )
             # Copying into the runtime's buffer (which the compiled call reads in place) costs
-            # less than handing the library a new pointer per call (see engine.backends.aoti.runners).
+            # less than handing the library a new pointer per call (see inferpool.engine.backends.aoti.runners).
             buffer[:rows] = array
             if rows < size:
                 buffer[rows:] = 0

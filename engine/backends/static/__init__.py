@@ -5,6 +5,6 @@ callables), ``codegen`` turns a plan into straight-line Python, ``memory`` plans
 buffers, and ``runtime`` is the backend: the shared model and the per-worker ``StaticRuntime``.
 """
 
-from engine.backends.static.runtime import StaticModel, StaticRuntime
+from inferpool.engine.backends.static.runtime import StaticModel, StaticRuntime
 
 __all__ = ["StaticModel", "StaticRuntime"]

@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
-from engine.backends.static.plan import Plan, PlanNode, Reg, concrete
-from engine.schema import Array
+from inferpool.engine.backends.static.plan import Plan, PlanNode, Reg, concrete
+from inferpool.engine.schema import Array
 
 Forward = Callable[[Mapping[str, Array], Sequence[torch.Tensor]], dict[str, Array]]
 _LITERALS = (int, bool, str, type(None))

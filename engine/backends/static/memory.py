@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import sympy  # type: ignore[import-untyped]
 import torch
 
-from engine.backends.static.plan import Plan, PlanNode
+from inferpool.engine.backends.static.plan import Plan, PlanNode
 
 ALIGNMENT = 64  # bytes: a cache line, and a multiple of every dtype's size
 
@@ -94,7 +94,7 @@ def _evaluate(dim: int | sympy.Expr, bindings: Mapping[sympy.Symbol, sympy.Integ
 
 
 def _nbytes(shape: tuple[int, ...], node: PlanNode) -> int:
-    assert node.dtype is not None  # managed nodes always have one (see engine.backends.static.plan)
+    assert node.dtype is not None  # managed nodes always have one (see inferpool.engine.backends.static.plan)
     count = 1
     for d in shape:
         count *= d

@@ -24,10 +24,10 @@ import sympy  # type: ignore[import-untyped]  # torch's own dependency, untyped
 import torch
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
-from engine.backends.static.ops import INPLACE, PREFERRED, first_matching, out_candidates, public
-from engine.errors import ModelLoadError
-from engine.module import InferenceModule
-from engine.schema import Array
+from inferpool.engine.backends.static.ops import INPLACE, PREFERRED, first_matching, out_candidates, public
+from inferpool.engine.errors import ModelLoadError
+from inferpool.engine.module import InferenceModule
+from inferpool.engine.schema import Array
 
 aten = torch.ops.aten
 # Nodes that only assert what export already proved; they return nothing anyone reads.

@@ -1,6 +1,6 @@
 """``static``: our own Static Runtime on torch.export graphs (shared plan, per-runtime buffers).
 
-``compile`` exports the model once, builds the immutable :class:`~engine.backends.static.plan.Plan`
+``compile`` exports the model once, builds the immutable :class:`~inferpool.engine.backends.static.plan.Plan`
 (registers, constants stored once, nodes with pre-resolved callables) and generates one
 straight-line ``forward`` per option set (all of them, so ``compile`` needs no options and
 runtimes with different options can share it); it then checks every one against eager on
@@ -31,15 +31,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from engine.backends.base import Runtime
-from engine.backends.parity import Tolerance, eager_outputs, first_mismatch
-from engine.backends.static.codegen import EXECUTORS, Program, managed_nodes
-from engine.backends.static.memory import Buffers
-from engine.backends.static.plan import Plan, build_plan, export
-from engine.errors import ModelLoadError
-from engine.module import InferenceModule
-from engine.options import RuntimeOptions
-from engine.schema import Array
+from inferpool.engine.backends.base import Runtime
+from inferpool.engine.backends.parity import Tolerance, eager_outputs, first_mismatch
+from inferpool.engine.backends.static.codegen import EXECUTORS, Program, managed_nodes
+from inferpool.engine.backends.static.memory import Buffers
+from inferpool.engine.backends.static.plan import Plan, build_plan, export
+from inferpool.engine.errors import ModelLoadError
+from inferpool.engine.module import InferenceModule
+from inferpool.engine.options import RuntimeOptions
+from inferpool.engine.schema import Array
 
 BUFFER_SETS = 4
 """Input shapes whose buffers a runtime keeps (least recently used dropped): batching and

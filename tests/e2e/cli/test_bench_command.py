@@ -7,9 +7,9 @@ import subprocess
 
 import pytest
 
-from cli.bench_report import LABELS, format_table
-from engine.threads import usable_cpus
-from harness.server import INFERPOOL
+from inferpool.cli.bench_report import LABELS, format_table
+from inferpool.engine.threads import usable_cpus
+from inferpool.harness.server import INFERPOOL
 
 PHASES = ["bare", "engine", "http_json", "http_v2_binary", "grpc"]
 
@@ -31,7 +31,7 @@ def report() -> dict:
 
 def test_report_names_model_backend_and_thread_budget(report):
     assert report["model"] == "digits"
-    assert report["source"] == "engine.zoo.digits:build"
+    assert report["source"] == "inferpool.engine.zoo.digits:build"
     assert report["backend_configured"] == "auto"
     assert report["backend"] in ("eager", "onnxruntime")
     assert report["auto"]["chosen"] == report["backend"]
@@ -82,7 +82,9 @@ def test_invalid_settings_exit_2_with_the_reason():
 
 def test_a_handler_model_without_inputs_is_refused_before_loading(tmp_path):
     config = tmp_path / "handler.toml"
-    config.write_text('model = "engine.zoo.digits:build"\nhandler = "engine.zoo.minilm:MiniLMHandler"\n')
+    config.write_text(
+        'model = "inferpool.engine.zoo.digits:build"\nhandler = "inferpool.engine.zoo.minilm:MiniLMHandler"\n'
+    )
     done = subprocess.run([INFERPOOL, "bench", "--config", str(config)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert "pass --inputs" in done.stderr

@@ -8,10 +8,10 @@ import subprocess
 
 import pytest
 
-from cli.tune_rank import DEFAULTS, NOISE
-from harness.load import Workload, run_load
-from harness.payloads import json_request
-from harness.server import INFERPOOL
+from inferpool.cli.tune_rank import DEFAULTS, NOISE
+from inferpool.harness.load import Workload, run_load
+from inferpool.harness.payloads import json_request
+from inferpool.harness.server import INFERPOOL
 from tests.e2e.cli.tune_run import assert_ended, run_tune, serving_the_written_config
 
 BUDGET = 90.0

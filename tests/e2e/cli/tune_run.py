@@ -11,12 +11,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from cli.tune_rank import DEFAULTS
-from cli.tune_space import Knobs
-from config import load_settings
-from harness.client import KeepAlive
-from harness.payloads import json_request
-from harness.server import INFERPOOL, Server, inferpool_serve, launch
+from inferpool.cli.tune_rank import DEFAULTS
+from inferpool.cli.tune_space import Knobs
+from inferpool.config import load_settings
+from inferpool.harness.client import KeepAlive
+from inferpool.harness.payloads import json_request
+from inferpool.harness.server import INFERPOOL, Server, inferpool_serve, launch
 
 SLACK = 3.0  # the subprocess' own start and exit, beyond what the budget can see
 
@@ -26,7 +26,8 @@ def run_tune(out: Path, p99_ms: float, budget: float) -> tuple[subprocess.Comple
     finished process, its wall-clock seconds and trials.json."""
     started = time.monotonic()
     done = subprocess.run(
-        [INFERPOOL, "tune", "--model", "engine.zoo.mlp:build", "--runtime.auto-backends", '["eager", "onnxruntime"]',
+        [INFERPOOL, "tune", "--model", "inferpool.engine.zoo.mlp:build",
+         "--runtime.auto-backends", '["eager", "onnxruntime"]',
          "--p99-ms", str(p99_ms), "--concurrency", "4", "--budget", f"{budget:g}s", "--trial-seconds", "2",
          "--out", str(out)],
         capture_output=True, text=True, timeout=budget + 60,
@@ -49,7 +50,7 @@ def serving_the_written_config(path: Path, report: dict[str, Any], chosen: str) 
     """A server started with ``path``, after checking it holds trial ``chosen``'s settings; the
     server has answered one request with the MLP's ten logits."""
     settings = load_settings(path)
-    assert settings.model == "engine.zoo.mlp:build"
+    assert settings.model == "inferpool.engine.zoo.mlp:build"
     trial = next(t for t in report["trials"] if t["name"] == chosen)
     expected = Knobs(**trial["knobs"])
     if trial["name"] == DEFAULTS:

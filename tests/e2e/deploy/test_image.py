@@ -31,7 +31,7 @@ import httpx2
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from harness.server import free_port
+from inferpool.harness.server import free_port
 from tests.support.dockerfile import Replay, Stage, healthcheck_command, parse
 
 REPO = Path(__file__).resolve().parents[3]
@@ -111,7 +111,7 @@ def test_build_installs_the_cpu_torch_and_the_project_into_the_venv(image):
 
     out = _run_in_image(
         final,
-        "import sys, torch, engine, service, config, engine.zoo.digits as d\n"
+        "import sys, torch, engine, service, config, inferpool.engine.zoo.digits as d\n"
         "from pathlib import Path\n"
         "print(torch.__version__, torch.version.cuda)\n"
         "for m in (engine, service, config): print(m.__file__)\n"

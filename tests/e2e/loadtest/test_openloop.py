@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import httpx2
 import pytest
 
-from harness.payloads import digits_json
-from harness.server import REPO_ROOT, launch, python_module
+from inferpool.harness.payloads import digits_json
+from inferpool.harness.server import REPO_ROOT, launch, python_module
 from loadtest import openloop
 from loadtest.run import run_scenario
 

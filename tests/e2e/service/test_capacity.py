@@ -6,9 +6,9 @@ from __future__ import annotations
 import httpx2
 import pytest
 
-from harness.metrics import metric_total
-from harness.payloads import digits_json, digits_v2_binary, digits_v2_json
-from harness.server import run_server, wait_ready
+from inferpool.harness.metrics import metric_total
+from inferpool.harness.payloads import digits_json, digits_v2_binary, digits_v2_json
+from inferpool.harness.server import run_server, wait_ready
 from loadtest import openloop
 
 RUNTIMES, MAX_QUEUE = 2, 6

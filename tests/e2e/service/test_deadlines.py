@@ -12,8 +12,8 @@ import pytest
 import tritonclient.http as triton
 from tritonclient.utils import InferenceServerException
 
-from harness.metrics import metric_total
-from harness.server import run_server, wait_ready
+from inferpool.harness.metrics import metric_total
+from inferpool.harness.server import run_server, wait_ready
 from tests.support.slow_model import CALL_SECONDS
 
 SAMPLE = np.zeros((1, 8, 8)).tolist()

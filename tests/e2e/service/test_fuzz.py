@@ -21,7 +21,7 @@ import httpx2
 import jsonschema  # type: ignore[import-untyped]  # schemathesis brings it, without stubs
 import pytest
 
-from harness.server import REPO_ROOT, run_server, wait_ready
+from inferpool.harness.server import REPO_ROOT, run_server, wait_ready
 
 HERE = Path(__file__).resolve().parent
 SCHEMATHESIS = shutil.which("st", path=str(Path(sys.executable).parent)) or "st"

@@ -19,13 +19,13 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_status import rpc_status
 from tritonclient.utils import InferenceServerException
 
-from harness.metrics import metric_total
-from harness.server import REPO_ROOT, free_port, inferpool_serve, run_server, wait_ready
-from service.grpc_v2 import inference_pb2 as pb
+from inferpool.harness.metrics import metric_total
+from inferpool.harness.server import REPO_ROOT, free_port, inferpool_serve, run_server, wait_ready
+from inferpool.service.grpc_v2 import inference_pb2 as pb
 
 INFER = "/inference.GRPCInferenceService/ModelInfer"
 TWO_MODELS = """
-model = "engine.zoo.digits:build"
+model = "inferpool.engine.zoo.digits:build"
 [[models]]
 source = "tests.support.slow_model:slow_calls"
 name = "slow"

@@ -16,8 +16,8 @@ from urllib.parse import urlsplit
 import httpx2
 import pytest
 
-from harness.metrics import metric_total
-from harness.server import Server, run_server, wait_ready
+from inferpool.harness.metrics import metric_total
+from inferpool.harness.server import Server, run_server, wait_ready
 
 LIMIT = 65536
 IMAGE = {"name": "image", "shape": [1, 1, 8, 8], "datatype": "FP32"}

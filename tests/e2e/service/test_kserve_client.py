@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.server import REPO_ROOT, run_server, wait_ready
+from inferpool.harness.server import REPO_ROOT, run_server, wait_ready
 
 KSERVE_PYTHON = REPO_ROOT / ".venv-kserve" / "bin" / "python"
 CHECK = Path(__file__).resolve().parent / "kserve_client_check.py"

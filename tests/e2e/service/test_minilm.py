@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as triton_grpc
 
-from harness.server import REPO_ROOT, free_port, run_server, wait_ready
+from inferpool.harness.server import REPO_ROOT, free_port, run_server, wait_ready
 from tests.support.minilm_reference import LONG, SENTENCES, cosines, reference
 
 CONFIG = str(REPO_ROOT / "config" / "minilm.toml")

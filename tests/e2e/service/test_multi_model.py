@@ -7,14 +7,14 @@ import subprocess
 import httpx2
 import tritonclient.http as triton
 
-from harness.server import INFERPOOL, run_server, wait_ready
+from inferpool.harness.server import INFERPOOL, run_server, wait_ready
 
 CONFIG = """
 [[models]]
 source = "tests.support.extra_models:affine"
 
 [[models]]
-source = "engine.zoo.digits:build"
+source = "inferpool.engine.zoo.digits:build"
 name = "digits-copy"
 [models.runtime]
 warmup_iters = 1
@@ -51,7 +51,7 @@ def test_three_models_side_by_side(tmp_path, images, reference):
 
 def test_two_models_with_one_name_fail_loudly(tmp_path):
     config = tmp_path / "dupe.toml"
-    config.write_text('[[models]]\nsource = "engine.zoo.digits:build"\n')
+    config.write_text('[[models]]\nsource = "inferpool.engine.zoo.digits:build"\n')
     result = subprocess.run(
         [INFERPOOL, "serve", "--port", "0", "--config", str(config)], capture_output=True, text=True, timeout=120
     )

@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx2
 import numpy as np
 
-from harness.metrics import metric_total
-from harness.server import run_server, wait_ready
+from inferpool.harness.metrics import metric_total
+from inferpool.harness.server import run_server, wait_ready
 from tests.support.fault_models import POISON
 
 PROMTOOL = shutil.which("promtool", path=str(Path(sys.executable).parent)) or shutil.which("promtool")

@@ -15,8 +15,8 @@ import httpx2
 import numpy as np
 import pytest
 
-from harness.metrics import metric_total
-from harness.server import Server, run_server, wait_ready
+from inferpool.harness.metrics import metric_total
+from inferpool.harness.server import Server, run_server, wait_ready
 from loadtest.procs import tree_pss_bytes
 from tests.support.extra_models import WIDE_WEIGHT_BYTES
 

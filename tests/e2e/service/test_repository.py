@@ -18,7 +18,7 @@ import tritonclient.grpc as triton_grpc
 import tritonclient.http as triton
 from tritonclient.utils import InferenceServerException
 
-from harness.server import Server, free_port, run_server, wait_ready
+from inferpool.harness.server import Server, free_port, run_server, wait_ready
 from loadtest.procs import tree_pss_bytes
 from tests.support.extra_models import WIDE_WEIGHT_BYTES
 

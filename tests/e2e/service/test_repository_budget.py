@@ -14,9 +14,9 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from engine.threads import usable_cpus
-from harness.metrics import metric_total
-from harness.server import INFERPOOL, Server, run_server, wait_ready
+from inferpool.engine.threads import usable_cpus
+from inferpool.harness.metrics import metric_total
+from inferpool.harness.server import INFERPOOL, Server, run_server, wait_ready
 from tests.e2e.service.test_repository import ONES, add_version
 
 CPUS = 2

@@ -10,8 +10,8 @@ import httpx2
 import numpy as np
 import tritonclient.grpc as triton_grpc
 
-from harness.metrics import metric_total
-from harness.server import Server, free_port, run_server, wait_ready
+from inferpool.harness.metrics import metric_total
+from inferpool.harness.server import Server, free_port, run_server, wait_ready
 from tests.e2e.service.test_repository import add_version
 from tests.support.fault_models import POISON
 

@@ -10,8 +10,8 @@ import httpx2
 import numpy as np
 import pytest
 
-from engine import BACKENDS
-from harness.server import INFERPOOL, run_server, wait_ready
+from inferpool.engine import BACKENDS
+from inferpool.harness.server import INFERPOOL, run_server, wait_ready
 
 SLOW_LOAD = "tests.support.slow_model:build"
 

@@ -10,8 +10,8 @@ import httpx2
 import numpy as np
 import orjson
 
-from harness.metrics import metric_total
-from harness.server import run_server, wait_ready
+from inferpool.harness.metrics import metric_total
+from inferpool.harness.server import run_server, wait_ready
 
 SAMPLE = np.zeros((1, 8, 8)).tolist()
 

@@ -12,7 +12,7 @@ import httpx2
 import numpy as np
 import pytest
 
-from harness.server import Server, run_server, wait_ready
+from inferpool.harness.server import Server, run_server, wait_ready
 
 READ_TIMEOUT = 0.5
 SAMPLE = {"inputs": np.zeros((1, 8, 8)).tolist()}

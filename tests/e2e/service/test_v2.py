@@ -10,7 +10,7 @@ import pytest
 import tritonclient.http as triton
 from tritonclient.utils import InferenceServerException
 
-from harness.server import run_server, wait_ready
+from inferpool.harness.server import run_server, wait_ready
 
 
 @pytest.fixture(scope="module")

@@ -6,9 +6,9 @@ from contextlib import contextmanager
 import pytest
 from fastapi.testclient import TestClient
 
-from config import load_settings
-from harness.metrics import metric_total as metric_total  # re-exported: the service tests use it
-from service.app import create_app
+from inferpool.config import load_settings
+from inferpool.harness.metrics import metric_total as metric_total  # re-exported: the service tests use it
+from inferpool.service.app import create_app
 
 
 @contextmanager

@@ -9,9 +9,9 @@ import jsonschema  # type: ignore[import-untyped]  # schemathesis brings it, wit
 import pytest
 from fastapi.testclient import TestClient
 
-from config import load_settings
-from service.app import create_app
-from service.openapi_schemas import LISTED_BATCHES
+from inferpool.config import load_settings
+from inferpool.service.app import create_app
+from inferpool.service.openapi_schemas import LISTED_BATCHES
 from tests.integration.service.conftest import app_client
 
 SAMPLE = [[[0.0] * 8] * 8]  # one digits sample, [1, 8, 8]

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from cli.compile import artifacts
-from cli.main import main
-from engine.backends.aoti import compile as aoti_compile
-from engine.options import RuntimeOptions
+from inferpool.cli.compile import artifacts
+from inferpool.cli.main import main
+from inferpool.engine.backends.aoti import compile as aoti_compile
+from inferpool.engine.options import RuntimeOptions
 
 
 @pytest.fixture
@@ -29,7 +29,7 @@ def compiled(monkeypatch) -> list[Path]:
 
 
 def args(cache: Path, *extra: str) -> list[str]:
-    flags = ["--model", "engine.zoo.mlp:build", "--runtime.compiled-batch-sizes", "[1,2]"]
+    flags = ["--model", "inferpool.engine.zoo.mlp:build", "--runtime.compiled-batch-sizes", "[1,2]"]
     return ["compile", *flags, "--runtime.compile-cache-dir", str(cache), *extra]
 
 
@@ -43,7 +43,7 @@ def test_compiles_each_batch_size_once_then_uses_the_cache(tmp_path, compiled, c
     assert "batch 2: compiling with AOTInductor" in first
     assert "2 package(s), 2 compiled now, 0 cached" in first
     assert f"the cache is in {tmp_path}" in first
-    assert "serve with: inferpool serve --model engine.zoo.mlp:build" in first
+    assert "serve with: inferpool serve --model inferpool.engine.zoo.mlp:build" in first
     assert first.rstrip().endswith("--runtime.backend eager --runtime.backend aoti")
     assert not list(tmp_path.glob("*.onnx"))
     assert main(args(tmp_path, "--runtime.backend", "eager")) == 0

@@ -7,14 +7,14 @@ import time
 
 import pytest
 
-from cli.tune_budget import EXIT_MARGIN, Budget, parse_duration
-from cli.tune_config import to_toml, write_config
-from cli.tune_costs import Costs, batch_sizes
-from cli.tune_rank import DEFAULTS, NOISE, choose
-from cli.tune_space import Knobs, Load, build_space, calibrate, predict
-from cli.tune_trials import Trial, early_stop
-from config import load_settings
-from harness.load import Summary, Window
+from inferpool.cli.tune_budget import EXIT_MARGIN, Budget, parse_duration
+from inferpool.cli.tune_config import to_toml, write_config
+from inferpool.cli.tune_costs import Costs, batch_sizes
+from inferpool.cli.tune_rank import DEFAULTS, NOISE, choose
+from inferpool.cli.tune_space import Knobs, Load, build_space, calibrate, predict
+from inferpool.cli.tune_trials import Trial, early_stop
+from inferpool.config import load_settings
+from inferpool.harness.load import Summary, Window
 
 CLOSED = Load(p99_seconds=0.02, concurrency=16)
 
@@ -170,8 +170,8 @@ def test_written_config_loads_with_every_setting_and_no_secret(tmp_path, monkeyp
     monkeypatch.setenv("INFERPOOL_API_KEY", "secret-key")
     settings = load_settings(
         None,
-        ["--model", "engine.zoo.mlp:build", "--max-queue", "10", "--cors-origins", '["https://app.example.com"]',
-         "--models", '[{"source": "engine.zoo.digits:build", "name": "d", "runtime": {"backend": "eager"}}]'],
+        ["--model", "inferpool.engine.zoo.mlp:build", "--max-queue", "10", "--cors-origins", '["https://app.example.com"]',
+         "--models", '[{"source": "inferpool.engine.zoo.digits:build", "name": "d", "runtime": {"backend": "eager"}}]'],
     )  # fmt: skip
     knobs = Knobs("onnxruntime", 2, 1, 1, "auto", 8, 250.0)
     path = write_config(tmp_path / "tuned.toml", settings, knobs, "tuned\nby a test")
@@ -181,7 +181,7 @@ def test_written_config_loads_with_every_setting_and_no_secret(tmp_path, monkeyp
     assert "api_key" not in text
     monkeypatch.delenv("INFERPOOL_API_KEY")
     loaded = load_settings(path)
-    assert loaded.model == "engine.zoo.mlp:build"
+    assert loaded.model == "inferpool.engine.zoo.mlp:build"
     assert loaded.workers == 2
     assert loaded.max_queue == 10
     assert loaded.cors_origins == ["https://app.example.com"]

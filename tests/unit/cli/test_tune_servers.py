@@ -12,18 +12,18 @@ from types import SimpleNamespace
 
 import pytest
 
-import cli.tune_budget
-import cli.tune_confirm
-import cli.tune_trials
-from cli.tune_budget import EXIT_MARGIN, Budget
-from cli.tune_confirm import OVERHEAD, ROUNDS, confirm, fitting_slice, reserve, shortest, slice_seconds
-from cli.tune_progress import Progress
-from cli.tune_rank import DEFAULTS
-from cli.tune_space import Knobs, Load
-from cli.tune_trials import Plan, Trial, Trials
-from config import load_settings
-from harness.load import Summary, Window, Workload
-from harness.payloads import json_request
+import inferpool.cli.tune_budget
+import inferpool.cli.tune_confirm
+import inferpool.cli.tune_trials
+from inferpool.cli.tune_budget import EXIT_MARGIN, Budget
+from inferpool.cli.tune_confirm import OVERHEAD, ROUNDS, confirm, fitting_slice, reserve, shortest, slice_seconds
+from inferpool.cli.tune_progress import Progress
+from inferpool.cli.tune_rank import DEFAULTS
+from inferpool.cli.tune_space import Knobs, Load
+from inferpool.cli.tune_trials import Plan, Trial, Trials
+from inferpool.config import load_settings
+from inferpool.harness.load import Summary, Window, Workload
+from inferpool.harness.payloads import json_request
 
 LOAD = Load(p99_seconds=0.02, concurrency=4)
 
@@ -40,12 +40,12 @@ class Clock:
 def clock(monkeypatch) -> Clock:
     """The budget's clock, advanced by hand."""
     fake = Clock()
-    monkeypatch.setattr(cli.tune_budget, "time", SimpleNamespace(monotonic=fake))
+    monkeypatch.setattr(inferpool.cli.tune_budget, "time", SimpleNamespace(monotonic=fake))
     return fake
 
 
 def make_trials(tmp_path: Path, budget: Budget) -> Trials:
-    settings = load_settings(None, ["--model", "engine.zoo.mlp:build"])
+    settings = load_settings(None, ["--model", "inferpool.engine.zoo.mlp:build"])
     workload = Workload([json_request([0.0] * 64)], concurrency=LOAD.concurrency)
     plan = Plan(settings, [], "mlp", LOAD, workload, warmup=0.5, seconds=2.0)
     return Trials(plan, budget, Progress(budget), tmp_path)
@@ -86,7 +86,7 @@ def test_the_chosen_trial_is_started_again_when_its_server_was_stopped(tmp_path,
         started.append(ready_timeout)
         yield SimpleNamespace(port=9999)
 
-    monkeypatch.setattr(cli.tune_trials, "launch", launch)
+    monkeypatch.setattr(inferpool.cli.tune_trials, "launch", launch)
     trials, stopped = make_trials(tmp_path, Budget(90, start=clock.now)), list[str]()
     keep(trials, measured("#1", 3000, 30.0), stopped)
     keep(trials, measured("#2", 1000, 29.0), stopped)  # within #1's noise, less throughput: #1 stays
@@ -125,7 +125,7 @@ def test_the_confirmation_never_runs_past_the_budget(clock, monkeypatch, budget_
         slices.append(duration)
         return Window(start=0.0, latencies=[0.005] * 100, end=duration)
 
-    monkeypatch.setattr(cli.tune_confirm, "run_load", run_load)
+    monkeypatch.setattr(inferpool.cli.tune_confirm, "run_load", run_load)
     budget = Budget(budget_seconds, start=clock.now - (budget_seconds - EXIT_MARGIN - left))
     assert budget.left() == pytest.approx(left)
     workload = Workload([json_request([0.0])], concurrency=4)

@@ -5,8 +5,8 @@ import tomllib
 import pytest
 from pydantic import ValidationError
 
-from config import DEFAULT_CONFIG_FILE, load_settings
-from engine import BACKENDS
+from inferpool.config import DEFAULT_CONFIG_FILE, load_settings
+from inferpool.engine import BACKENDS
 
 
 def test_default_file_and_class_defaults_agree(monkeypatch, tmp_path):

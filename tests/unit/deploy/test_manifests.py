@@ -19,10 +19,10 @@ import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 import yaml  # type: ignore[import-untyped]
 
-from config import load_settings
-from engine import ConfigError
-from engine.threads import plan_threads
-from service.host import sized
+from inferpool.config import load_settings
+from inferpool.engine import ConfigError
+from inferpool.engine.threads import plan_threads
+from inferpool.service.host import sized
 
 REPO = Path(__file__).resolve().parents[3]
 DEPLOY = REPO / "deploy"

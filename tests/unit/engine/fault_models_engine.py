@@ -9,8 +9,8 @@ import time
 
 import torch
 
-from engine import ModelSpec
-from engine.zoo.digits import build as build_digits
+from inferpool.engine import ModelSpec
+from inferpool.engine.zoo.digits import build as build_digits
 from tests.support.fault_models import POISON
 
 SLOW_SECONDS = 0.3

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from engine import (
+from inferpool.engine import (
     DeadlineExceeded,
     InferenceModule,
     ModelSpec,
@@ -17,9 +17,9 @@ from engine import (
     RuntimeOptions,
     ServedModel,
 )
-from engine.admission import ServiceTimes, count_samples
-from engine.threads import ThreadPlan
-from engine.zoo.digits import build
+from inferpool.engine.admission import ServiceTimes, count_samples
+from inferpool.engine.threads import ThreadPlan
+from inferpool.engine.zoo.digits import build
 
 CALL_SECONDS = 0.03
 BATCHING = {"off": {}, "on": {"max_batch_size": 8}}

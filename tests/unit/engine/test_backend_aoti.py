@@ -14,14 +14,22 @@ import numpy as np
 import pytest
 import torch
 
-from engine import BACKENDS, InferenceModule, InvalidInput, ModelLoadError, ModelSpec, RuntimeOptions, ServedModel
-from engine.backends import AotiInterface
-from engine.backends.aoti import AotiRuntime
-from engine.backends.aoti import compile as aoti_compile
-from engine.backends.aoti.abi import DTYPE_CODES, AotiError, ArrayRefTensor, describe
-from engine.backends.aoti.runners import INTERFACES, MinimalArrayrefCaller
-from engine.threads import ThreadPlan
-from engine.zoo.mlp import build
+from inferpool.engine import (
+    BACKENDS,
+    InferenceModule,
+    InvalidInput,
+    ModelLoadError,
+    ModelSpec,
+    RuntimeOptions,
+    ServedModel,
+)
+from inferpool.engine.backends import AotiInterface
+from inferpool.engine.backends.aoti import AotiRuntime
+from inferpool.engine.backends.aoti import compile as aoti_compile
+from inferpool.engine.backends.aoti.abi import DTYPE_CODES, AotiError, ArrayRefTensor, describe
+from inferpool.engine.backends.aoti.runners import INTERFACES, MinimalArrayrefCaller
+from inferpool.engine.threads import ThreadPlan
+from inferpool.engine.zoo.mlp import build
 
 # Inductor's frozen mkldnn kernels vs eager's: equal to float rounding, not bitwise.
 RTOL, ATOL = 1e-4, 1e-5

@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from engine import BACKENDS, ConfigError, InferenceModule, ModelLoadError, RuntimeOptions, ServedModel
-from engine.backends.autoselect import AUTO, BackendChoice, resolve_backend
-from engine.backends.eager import EagerRuntime
-from engine.module import InferenceModule as Module
-from engine.options import AUTO_CANDIDATES
-from engine.options import RuntimeOptions as Options
-from engine.schema import Array
-from engine.threads import ThreadPlan
+from inferpool.engine import BACKENDS, ConfigError, InferenceModule, ModelLoadError, RuntimeOptions, ServedModel
+from inferpool.engine.backends.autoselect import AUTO, BackendChoice, resolve_backend
+from inferpool.engine.backends.eager import EagerRuntime
+from inferpool.engine.module import InferenceModule as Module
+from inferpool.engine.options import AUTO_CANDIDATES
+from inferpool.engine.options import RuntimeOptions as Options
+from inferpool.engine.schema import Array
+from inferpool.engine.threads import ThreadPlan
 
 COMPILES: Counter[str] = Counter()
 
@@ -185,7 +185,7 @@ def test_auto_backends_must_name_backends_once(names):
 
 
 def test_unbatched_model_is_scored_by_its_call_time(fakes):
-    from engine.zoo.digits import build
+    from inferpool.engine.zoo.digits import build
 
     spec = build()
     module = InferenceModule.from_spec(type(spec)(spec.module, spec.example_inputs, spec.output_names, batched=False))

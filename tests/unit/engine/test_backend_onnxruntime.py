@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from engine import BACKENDS, InferenceModule, ModelLoadError, RuntimeOptions, ServedModel, load_model
-from engine.backends.onnx_export import export_key, export_program, source_key
-from engine.backends.onnxruntime import OnnxRuntime, load_session
-from engine.threads import ThreadPlan
+from inferpool.engine import BACKENDS, InferenceModule, ModelLoadError, RuntimeOptions, ServedModel, load_model
+from inferpool.engine.backends.onnx_export import export_key, export_program, source_key
+from inferpool.engine.backends.onnxruntime import OnnxRuntime, load_session
+from inferpool.engine.threads import ThreadPlan
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
@@ -153,7 +153,7 @@ def test_the_export_is_cached_and_a_warm_start_does_not_export(digits_module, tm
 
 
 def test_the_key_covers_the_weights(digits_module, tmp_path):
-    from engine.zoo.digits import build
+    from inferpool.engine.zoo.digits import build
 
     spec = build()
     with torch.no_grad():
@@ -164,7 +164,7 @@ def test_the_key_covers_the_weights(digits_module, tmp_path):
 
 
 def test_a_model_whose_source_cannot_be_read_is_keyed_by_its_exported_graph(digits_module, tmp_path, monkeypatch):
-    import engine.backends.onnx_export as onnx_export
+    import inferpool.engine.backends.onnx_export as onnx_export
 
     def unreadable(kind: type) -> str:
         raise OSError("could not get source code")  # as for a class defined in a REPL

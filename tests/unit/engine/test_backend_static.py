@@ -9,14 +9,14 @@ import pytest
 import torch
 from torch import nn
 
-from engine import BACKENDS, InferenceModule, ModelLoadError, RuntimeOptions, ServedModel, load_model
-from engine.backends.eager import EagerRuntime
-from engine.backends.static import StaticRuntime
-from engine.backends.static.memory import Buffers, Slot, assign_offsets
-from engine.backends.static.runtime import BUFFER_SETS
-from engine.spec import ModelSpec
-from engine.threads import ThreadPlan
-from engine.zoo import digits, mlp
+from inferpool.engine import BACKENDS, InferenceModule, ModelLoadError, RuntimeOptions, ServedModel, load_model
+from inferpool.engine.backends.eager import EagerRuntime
+from inferpool.engine.backends.static import StaticRuntime
+from inferpool.engine.backends.static.memory import Buffers, Slot, assign_offsets
+from inferpool.engine.backends.static.runtime import BUFFER_SETS
+from inferpool.engine.spec import ModelSpec
+from inferpool.engine.threads import ThreadPlan
+from inferpool.engine.zoo import digits, mlp
 
 # The plan runs the same CPU kernels as eager (out= and in-place variants of the same ops),
 # so results agree to float rounding; kernels may block differently per batch size.
@@ -243,7 +243,7 @@ def test_a_model_torch_export_cannot_capture_is_a_model_load_error():
 
 
 def test_minilm_matches_eager_with_dynamic_batch_and_sequence_length():
-    from engine.zoo.minilm import MiniLMHandler, build
+    from inferpool.engine.zoo.minilm import MiniLMHandler, build
 
     module = InferenceModule.from_spec(build())
     static = StaticRuntime(module, RuntimeOptions(), StaticRuntime.compile(module, RuntimeOptions()))

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from engine.backends import BACKEND_PATHS, BACKENDS, BackendTable
-from engine.backends.base import Runtime
+from inferpool.engine.backends import BACKEND_PATHS, BACKENDS, BackendTable
+from inferpool.engine.backends.base import Runtime
 
 
 def test_importing_config_and_engine_loads_no_backend():
@@ -18,7 +18,7 @@ def test_importing_config_and_engine_loads_no_backend():
     )
     backends = {path.partition(":")[0] for path in BACKEND_PATHS.values()}
     assert not loaded & backends, loaded & backends
-    assert "engine.backends.aoti.abi" not in loaded  # it opens libtorch through ctypes
+    assert "inferpool.engine.backends.aoti.abi" not in loaded  # it opens libtorch through ctypes
     assert "onnxruntime" not in loaded
 
 

@@ -10,11 +10,19 @@ import numpy as np
 import pytest
 import torch
 
-from engine import BACKENDS, InferenceModule, ModelLoadError, Prediction, RuntimeOptions, ServedModel, load_model
-from engine.backends.torchscript import StaticArtifact, TorchScriptRuntime
-from engine.threads import ThreadPlan
-from engine.torchscript_archive import EMBEDDED_DESCRIPTION, TorchScriptArchive, quiet_jit
-from engine.zoo import digits, mlp
+from inferpool.engine import (
+    BACKENDS,
+    InferenceModule,
+    ModelLoadError,
+    Prediction,
+    RuntimeOptions,
+    ServedModel,
+    load_model,
+)
+from inferpool.engine.backends.torchscript import StaticArtifact, TorchScriptRuntime
+from inferpool.engine.threads import ThreadPlan
+from inferpool.engine.torchscript_archive import EMBEDDED_DESCRIPTION, TorchScriptArchive, quiet_jit
+from inferpool.engine.zoo import digits, mlp
 
 # Static Runtime runs the same ATen kernels as eager, sometimes as out= or fused variants:
 # equal to float rounding, not bitwise.

@@ -7,12 +7,12 @@ import time
 import numpy as np
 import pytest
 
-from engine import InferenceModule, ModelFailed, RuntimeOptions, ServedModel
-from engine.batching import Batcher
-from engine.executor import ExecutorConfig
-from engine.pipeline import Pipeline
-from engine.requests import Work
-from engine.threads import ThreadPlan
+from inferpool.engine import InferenceModule, ModelFailed, RuntimeOptions, ServedModel
+from inferpool.engine.batching import Batcher
+from inferpool.engine.executor import ExecutorConfig
+from inferpool.engine.pipeline import Pipeline
+from inferpool.engine.requests import Work
+from inferpool.engine.threads import ThreadPlan
 from tests.support.fault_models import POISON, raising
 
 

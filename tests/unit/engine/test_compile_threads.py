@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from cli.main import main
-from engine import ConfigError, InferenceModule, RuntimeOptions
-from engine.backends.aoti import compile as aoti_compile
-from engine.threads import apply_loading_plan
-from engine.zoo.mlp import build
+from inferpool.cli.main import main
+from inferpool.engine import ConfigError, InferenceModule, RuntimeOptions
+from inferpool.engine.backends.aoti import compile as aoti_compile
+from inferpool.engine.threads import apply_loading_plan
+from inferpool.engine.zoo.mlp import build
 
 
 @pytest.fixture
@@ -58,7 +58,14 @@ def test_inferpool_compile_builds_under_the_loading_plan(tmp_path: Path, monkeyp
 
     monkeypatch.setattr(aoti_compile, "compile_package", stub)
     torch.set_num_threads(2)  # torch's default on a 2-core machine: what compile ran under before
-    flags = ["--model", "engine.zoo.mlp:build", "--runtime.backend", "aoti", "--runtime.compiled-batch-sizes", "[1,2]"]
+    flags = [
+        "--model",
+        "inferpool.engine.zoo.mlp:build",
+        "--runtime.backend",
+        "aoti",
+        "--runtime.compiled-batch-sizes",
+        "[1,2]",
+    ]
     assert main(["compile", *flags, "--runtime.compile-cache-dir", str(tmp_path)]) == 0
     assert threads == [1, 1]
     assert "2 compiled now" in capsys.readouterr().out
@@ -66,7 +73,14 @@ def test_inferpool_compile_builds_under_the_loading_plan(tmp_path: Path, monkeyp
 
 def test_inferpool_compile_refuses_a_budget_serve_refuses(tmp_path: Path, monkeypatch, capsys):
     monkeypatch.setattr(aoti_compile, "compile_package", None)  # must not be reached
-    flags = ["--model", "engine.zoo.mlp:build", "--runtime.num-runtimes", "64", "--runtime.intra-op-threads", "64"]
+    flags = [
+        "--model",
+        "inferpool.engine.zoo.mlp:build",
+        "--runtime.num-runtimes",
+        "64",
+        "--runtime.intra-op-threads",
+        "64",
+    ]
     assert main(["compile", *flags, "--runtime.compile-cache-dir", str(tmp_path)]) == 2
     assert "num_runtimes=64 x intra_op_threads=64" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())

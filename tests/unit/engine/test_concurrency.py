@@ -7,8 +7,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from engine import RuntimePool
-from engine.backends.eager import EagerRuntime
+from inferpool.engine import RuntimePool
+from inferpool.engine.backends.eager import EagerRuntime
 
 THREADS = 8
 CALLS = 200

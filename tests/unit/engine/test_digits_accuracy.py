@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from engine.zoo.digits import build
-from engine.zoo.train_digits import accuracy, split
+from inferpool.engine.zoo.digits import build
+from inferpool.engine.zoo.train_digits import accuracy, split
 
 
 def test_committed_digits_weights_reach_97_percent_held_out():

@@ -11,12 +11,20 @@ import time
 import numpy as np
 import pytest
 
-from engine import DeadlineExceeded, InferenceModule, ModelFailed, NotReady, RuntimeOptions, ServedModel, WorkerDied
-from engine.executor import ExecutorConfig
-from engine.executors import EXECUTORS
-from engine.pipeline import Pipeline
-from engine.requests import Work, request_id
-from engine.threads import ThreadPlan
+from inferpool.engine import (
+    DeadlineExceeded,
+    InferenceModule,
+    ModelFailed,
+    NotReady,
+    RuntimeOptions,
+    ServedModel,
+    WorkerDied,
+)
+from inferpool.engine.executor import ExecutorConfig
+from inferpool.engine.executors import EXECUTORS
+from inferpool.engine.pipeline import Pipeline
+from inferpool.engine.requests import Work, request_id
+from inferpool.engine.threads import ThreadPlan
 from tests.support.fault_models import POISON, raising
 
 ALL = ["inline", "threads", "batch"]
@@ -230,7 +238,7 @@ def test_a_failing_request_logs_its_request_id_on_every_path(dispatch):
     poisoned = np.zeros((1, 8, 8), dtype=np.float32)
     poisoned[0, 0, 0] = POISON
     ids = _Ids()
-    logger = logging.getLogger("engine")
+    logger = logging.getLogger("inferpool.engine")
     logger.addHandler(ids)
     try:
         with pytest.raises(ModelFailed):

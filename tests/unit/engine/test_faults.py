@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from engine import (
+from inferpool.engine import (
     DeadlineExceeded,
     InferenceModule,
     ModelFailed,
@@ -23,8 +23,8 @@ from engine import (
     ServedModel,
     WorkerDied,
 )
-from engine.threads import ThreadPlan
-from engine.workers import ThreadSet
+from inferpool.engine.threads import ThreadPlan
+from inferpool.engine.workers import ThreadSet
 from tests.support.fault_models import POISON, raising
 from tests.unit.engine.fault_models_engine import faulty
 

@@ -7,11 +7,11 @@ import asyncio
 import numpy as np
 import pytest
 
-from engine import InvalidInput, RuntimeOptions, ServedModel
-from engine.zoo.minilm import BUCKETS, MAX_TOKENS, MiniLMHandler
+from inferpool.engine import InvalidInput, RuntimeOptions, ServedModel
+from inferpool.engine.zoo.minilm import BUCKETS, MAX_TOKENS, MiniLMHandler
 from tests.support.minilm_reference import LONG, SENTENCES, cosines, reference
 
-MODEL, HANDLER = "engine.zoo.minilm:build", "engine.zoo.minilm:MiniLMHandler"
+MODEL, HANDLER = "inferpool.engine.zoo.minilm:build", "inferpool.engine.zoo.minilm:MiniLMHandler"
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine import BACKENDS, InferenceModule, ModelLoadError, load_model
+from inferpool.engine import BACKENDS, InferenceModule, ModelLoadError, load_model
 
 
 def test_schema_marks_the_dynamic_batch_dimension(digits_module):
@@ -47,9 +47,9 @@ def test_torch_export_archive_serves_the_same_numbers(digits_pt2, images, refere
     ("source", "message"),
     [
         ("no_such_package.mod:build", "cannot import model factory"),
-        ("engine.zoo.digits:missing", "cannot import model factory"),
-        ("engine.zoo.digits", "must look like 'package.module:function'"),
-        ("engine.zoo.digits:DigitsCNN", "returned DigitsCNN, not engine.ModelSpec"),
+        ("inferpool.engine.zoo.digits:missing", "cannot import model factory"),
+        ("inferpool.engine.zoo.digits", "must look like 'package.module:function'"),
+        ("inferpool.engine.zoo.digits:DigitsCNN", "returned DigitsCNN, not inferpool.engine.ModelSpec"),
         ("/nonexistent/model.pt2", "does not exist"),
     ],
 )

@@ -11,11 +11,11 @@ import pytest
 import torch
 from onnx import TensorProto, helper
 
-from config import Settings
-from engine import ConfigError, InferenceModule, ModelLoadError, RuntimeOptions
-from engine.sources import load_model, serving_options, source_kind
-from service.plans import repository_plans
-from service.repository import scan
+from inferpool.config import Settings
+from inferpool.engine import ConfigError, InferenceModule, ModelLoadError, RuntimeOptions
+from inferpool.engine.sources import load_model, serving_options, source_kind
+from inferpool.service.plans import repository_plans
+from inferpool.service.repository import scan
 
 
 def write_model(path: Path) -> Path:

@@ -13,17 +13,17 @@ import numpy as np
 import pytest
 import torch
 
-import engine.backends.autoselect as autoselect
-import engine.backends.onnxruntime as onnxruntime_backend
-from engine import InferenceModule, RuntimeOptions
-from engine.backends.eager import EagerRuntime
-from engine.backends.onnx_export import source_key
-from engine.backends.onnxruntime import WEIGHTS_SUFFIX, OnnxRuntime, checked, load_session
-from engine.backends.weights import map_weights
-from engine.errors import ModelFailed
-from engine.served import ServedModel
-from engine.threads import ThreadPlan
-from engine.zoo.digits import build
+import inferpool.engine.backends.autoselect as autoselect
+import inferpool.engine.backends.onnxruntime as onnxruntime_backend
+from inferpool.engine import InferenceModule, RuntimeOptions
+from inferpool.engine.backends.eager import EagerRuntime
+from inferpool.engine.backends.onnx_export import source_key
+from inferpool.engine.backends.onnxruntime import WEIGHTS_SUFFIX, OnnxRuntime, checked, load_session
+from inferpool.engine.backends.weights import map_weights
+from inferpool.engine.errors import ModelFailed
+from inferpool.engine.served import ServedModel
+from inferpool.engine.threads import ThreadPlan
+from inferpool.engine.zoo.digits import build
 from tests.support.extra_models import WIDE_WEIGHT_BYTES
 
 pytest.importorskip("onnxruntime")
@@ -189,8 +189,8 @@ def test_auto_choosing_onnxruntime_moves_the_weights_out(tmp_path, monkeypatch, 
 PROBE = """
 import json, sys
 from pathlib import Path
-from engine import RuntimeOptions
-from engine.served import ServedModel
+from inferpool.engine import RuntimeOptions
+from inferpool.engine.served import ServedModel
 options = RuntimeOptions(backend=sys.argv[1], compile_cache_dir=sys.argv[2], num_runtimes=1, warmup_iters=1,
                          intra_op_threads=1, dispatch="inline")
 ServedModel.load("tests.support.extra_models:wide", options, start=False)

@@ -7,8 +7,8 @@ import dataclasses
 import pytest
 from pydantic import ValidationError
 
-from engine.backends import BACKENDS, AotiInterface
-from engine.options import AUTO_CANDIDATES, REMOVED, RuntimeOptions
+from inferpool.engine.backends import BACKENDS, AotiInterface
+from inferpool.engine.options import AUTO_CANDIDATES, REMOVED, RuntimeOptions
 
 
 def test_the_defaults_are_valid_and_frozen():

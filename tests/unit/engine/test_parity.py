@@ -1,10 +1,10 @@
-"""The one parity rule every backend's load-time check uses (engine.backends.parity)."""
+"""The one parity rule every backend's load-time check uses (inferpool.engine.backends.parity)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from engine.backends.parity import Tolerance, first_mismatch, random_inputs, same
+from inferpool.engine.backends.parity import Tolerance, first_mismatch, random_inputs, same
 
 LOOSE = Tolerance(rtol=1e-3, atol=1e-5)
 

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from engine import Overloaded, RuntimePool
+from inferpool.engine import Overloaded, RuntimePool
 
 
 def test_borrow_gives_the_runtime_back_even_when_the_body_raises():

@@ -3,8 +3,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine import InvalidInput, Schema, TensorSpec
-from engine.schema import positional
+from inferpool.engine import InvalidInput, Schema, TensorSpec
+from inferpool.engine.schema import positional
 
 IMAGE = TensorSpec("image", "float32", (None, 1, 8, 8))
 SCHEMA = Schema((IMAGE, TensorSpec("mask", "int64", (None, 3))), (TensorSpec("out", "float32", (None, 2)),))

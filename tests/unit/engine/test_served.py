@@ -6,8 +6,8 @@ import threading
 import numpy as np
 import pytest
 
-from engine import InvalidInput, NotReady, Overloaded, RuntimeOptions, ServedModel
-from engine.threads import ThreadPlan
+from inferpool.engine import InvalidInput, NotReady, Overloaded, RuntimeOptions, ServedModel
+from inferpool.engine.threads import ThreadPlan
 
 
 @pytest.fixture

@@ -8,8 +8,8 @@ import asyncio
 import numpy as np
 import pytest
 
-from engine import ServedModel
-from engine.threads import ThreadPlan
+from inferpool.engine import ServedModel
+from inferpool.engine.threads import ThreadPlan
 
 
 def test_a_pool_shrinks_and_grows_before_start(digits_module, options, images, reference):

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.errors import ModelLoadError
-from engine.sources import (
+from inferpool.engine.errors import ModelLoadError
+from inferpool.engine.sources import (
     ARCHIVE_SUFFIXES,
     SOURCES,
     import_object,
@@ -17,8 +17,8 @@ from engine.sources import (
     load_model,
     source_kind,
 )
-from engine.spec import ModelSpec
-from engine.zoo import mlp
+from inferpool.engine.spec import ModelSpec
+from inferpool.engine.zoo import mlp
 
 
 def not_a_spec() -> object:
@@ -28,7 +28,7 @@ def not_a_spec() -> object:
 @pytest.mark.parametrize(
     ("source", "kind"),
     [
-        ("engine.zoo.mlp:build", "factory"),
+        ("inferpool.engine.zoo.mlp:build", "factory"),
         ("models/resnet.pt2", "export"),
         ("legacy.ts", "torchscript"),
         ("legacy.torchscript", "torchscript"),
@@ -45,20 +45,31 @@ def test_every_archive_suffix_has_a_loader():
 
 
 def test_import_object_names_the_form_and_the_import_error():
-    assert import_object("engine.zoo.mlp:build", "model factory") is mlp.build
-    form = r"model factory 'engine\.zoo\.mlp' must look like 'package\.module:function'"
+    assert import_object("inferpool.engine.zoo.mlp:build", "model factory") is mlp.build
+    form = r"model factory 'inferpool\.engine\.zoo\.mlp' must look like 'package\.module:function'"
     with pytest.raises(ModelLoadError, match=form):
-        import_object("engine.zoo.mlp", "model factory")
+        import_object("inferpool.engine.zoo.mlp", "model factory")
     with pytest.raises(ModelLoadError, match=r"cannot import handler 'no\.such\.module:x'"):
         import_object("no.such.module:x", "handler")
-    with pytest.raises(ModelLoadError, match=r"cannot import model factory 'engine\.zoo\.mlp:nope'"):
-        import_object("engine.zoo.mlp:nope", "model factory")
+    with pytest.raises(ModelLoadError, match=r"cannot import model factory 'inferpool\.engine\.zoo\.mlp:nope'"):
+        import_object("inferpool.engine.zoo.mlp:nope", "model factory")
+
+
+def test_a_factory_named_by_a_pre_inferpool_module_says_what_to_write():
+    # (In a checkout the folder cli/ itself imports as `cli`; the module below exists nowhere.)
+    with pytest.raises(ModelLoadError, match=r"write 'inferpool\.cli\.no_such_module'.*from inferpool\.engine import"):
+        import_object("cli.no_such_module:build", "model factory")
+
+
+def test_a_missing_user_module_points_at_the_app_dir():
+    with pytest.raises(ModelLoadError, match=r"'mymodels_nowhere' is looked up in the app dir \(--app-dir"):
+        import_object("mymodels_nowhere:build", "model factory")
 
 
 def test_a_factory_must_return_a_model_spec():
-    spec = load_factory("engine.zoo.mlp:build")
+    spec = load_factory("inferpool.engine.zoo.mlp:build")
     assert isinstance(spec, ModelSpec)
-    with pytest.raises(ModelLoadError, match=r"returned dict, not engine\.ModelSpec"):
+    with pytest.raises(ModelLoadError, match=r"returned dict, not inferpool\.engine\.ModelSpec"):
         load_factory(f"{__name__}:not_a_spec")
 
 

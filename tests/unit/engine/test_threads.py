@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine import ConfigError, RuntimeOptions
-from engine.threads import cgroup_cpu_limit, plan_threads
+from inferpool.engine import ConfigError, RuntimeOptions
+from inferpool.engine.threads import cgroup_cpu_limit, plan_threads
 
 
 def test_cgroup_v2_quota(tmp_path):

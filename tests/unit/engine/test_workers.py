@@ -10,9 +10,9 @@ from queue import SimpleQueue
 
 import pytest
 
-from engine.errors import NotReady
-from engine.requests import Work
-from engine.workers import ThreadSet, refuse_queued
+from inferpool.engine.errors import NotReady
+from inferpool.engine.requests import Work
+from inferpool.engine.workers import ThreadSet, refuse_queued
 
 
 def eventually(condition, timeout: float = 5.0) -> bool:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.payloads import PAYLOADS, digits_json
-from harness.server import REPO_ROOT
+from inferpool.harness.payloads import PAYLOADS, digits_json
+from inferpool.harness.server import REPO_ROOT
 from loadtest import openloop
 from loadtest.run import load_scenario
 

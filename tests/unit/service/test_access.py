@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from config import load_settings
+from inferpool.config import load_settings
 
 KEY = "s3cret-key"
 

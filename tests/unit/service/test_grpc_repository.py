@@ -13,12 +13,12 @@ import grpc
 import pytest
 from tritonclient.grpc import service_pb2 as triton
 
-from service import control
-from service.apierror import ApiError
-from service.errors import ErrorAnswer
-from service.grpc_v2 import inference_pb2 as pb
-from service.grpc_v2.repository import Repository
-from service.grpc_v2.status import Refused, code_of
+from inferpool.service import control
+from inferpool.service.apierror import ApiError
+from inferpool.service.errors import ErrorAnswer
+from inferpool.service.grpc_v2 import inference_pb2 as pb
+from inferpool.service.grpc_v2.repository import Repository
+from inferpool.service.grpc_v2.status import Refused, code_of
 
 CONFIG = '{"runtime": {"num_runtimes": 1}}'
 

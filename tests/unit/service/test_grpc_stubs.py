@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from harness.server import REPO_ROOT
+from inferpool.harness.server import REPO_ROOT
 
-PROTO = "service/grpc_v2/inference.proto"
+PROTO = "inferpool/service/grpc_v2/inference.proto"
 
 
 @pytest.mark.parametrize("suffix", ["_pb2.py", "_pb2.pyi"])

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from service.apierror import ApiError
-from service.grpc_v2 import inference_pb2 as pb
-from service.grpc_v2.tensors import decode, encode
-from service.v2types import TensorMeta
+from inferpool.service.apierror import ApiError
+from inferpool.service.grpc_v2 import inference_pb2 as pb
+from inferpool.service.grpc_v2.tensors import decode, encode
+from inferpool.service.v2types import TensorMeta
 
 EXPECTED = {"image": TensorMeta("FP32", (-1, 1, 8, 8))}
 

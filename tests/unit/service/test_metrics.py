@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from config import load_settings
-from service.metrics import Inference, Metrics, batch_buckets, duration_buckets
+from inferpool.config import load_settings
+from inferpool.service.metrics import Inference, Metrics, batch_buckets, duration_buckets
 
 
 def test_buckets_reach_the_largest_call_and_past_the_deadline():

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from config import Settings
-from engine import ConfigError, RuntimeOptions
-from service import plans as plans_module
-from service.budget import OverBudget, pool_plans
-from service.desk import Desk, Refused
-from service.plans import plans, sized, startup_plans
+from inferpool.config import Settings
+from inferpool.engine import ConfigError, RuntimeOptions
+from inferpool.service import plans as plans_module
+from inferpool.service.budget import OverBudget, pool_plans
+from inferpool.service.desk import Desk, Refused
+from inferpool.service.plans import plans, sized, startup_plans
 
 CPUS = 4
 

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from config import Settings
-from engine import ConfigError
-from service.desk import Desk, Refused
-from service.host import plans, repository_plans, startup_plans
-from service.repository import scan
+from inferpool.config import Settings
+from inferpool.engine import ConfigError
+from inferpool.service.desk import Desk, Refused
+from inferpool.service.host import plans, repository_plans, startup_plans
+from inferpool.service.repository import scan
 
 
 def version(root: Path, model: str, number: int | str, config: str | None = None, archive: bool = True) -> Path:

@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from service.auth import ApiKey, presented_key
-from service.middleware import MAX_REQUEST_ID, client_request_id, request_ids
+from inferpool.service.auth import ApiKey, presented_key
+from inferpool.service.middleware import MAX_REQUEST_ID, client_request_id, request_ids
 
 RULE = ApiKey("s3cret", frozenset({"/health/live", "/v2/health/live"}))
 

@@ -9,9 +9,9 @@ import asyncio
 import orjson
 from starlette.types import Message, Receive, Scope, Send
 
-from harness.metrics import metric_total
-from service.metrics import Metrics
-from service.middleware import Activity, RequestContext
+from inferpool.harness.metrics import metric_total
+from inferpool.service.metrics import Metrics
+from inferpool.service.middleware import Activity, RequestContext
 
 
 def call(context: RequestContext, path: str) -> list[Message]:

@@ -11,8 +11,8 @@ import httpx2
 import orjson
 import pytest
 
-from service.apierror import closing_error
-from service.standby import Standby
+from inferpool.service.apierror import closing_error
+from inferpool.service.standby import Standby
 
 
 @pytest.fixture

@@ -8,9 +8,9 @@ import logging
 
 import orjson
 
-from service.board import DOWN, READY, ProcessBoard
-from service.logs import FORMATTERS, RequestIdFilter, model_served
-from service.metrics import Inference, Metrics
+from inferpool.service.board import DOWN, READY, ProcessBoard
+from inferpool.service.logs import FORMATTERS, RequestIdFilter, model_served
+from inferpool.service.metrics import Inference, Metrics
 
 
 def _formatted(style: str, served: tuple[str, str] | None) -> str:
