@@ -38,6 +38,8 @@ class ModelInfo:
     """For ``auto``: the table the backend was chosen from."""
     dispatch_selection: dict[str, Any] | None = None
     """For ``dispatch = "auto"``: the figures the executor was chosen from."""
+    wide_selection: dict[str, Any] | None = None
+    """Whether a call running alone in the pod uses every core, and the figures it was chosen from."""
 
     @property
     def threads(self) -> int:

@@ -11,6 +11,8 @@ from pydantic_core import ArgsKwargs
 from inferpool.engine.backends import BACKENDS, AotiInterface
 from inferpool.engine.executors import DISPATCH_MODES
 
+LEND_MODES = ("auto", "on", "off")
+"""``lend_idle_cores``: measured, always, never (inferpool.engine.wide)."""
 AUTO_CANDIDATES = ("eager", "static", "onnxruntime")
 """``auto``'s candidates when ``auto_backends`` is (): the ones that compile in about a second
 or less. aoti (tens of seconds on a first compile) and torchscript (deprecated upstream, warns)
@@ -154,6 +156,14 @@ class RuntimeOptions:
     wrote, in containers (built on the CPU type that serves). A corrupt file stops startup
     with its path: delete it and it is rebuilt."""
 
+    lend_idle_cores: str = "auto"
+    """A call running alone in the whole server may use every usable CPU instead of its
+    runtime's ``intra_op_threads`` (inferpool.engine.wide): ``auto`` (the default) measures the
+    example call at startup and lends when the call takes over 2 ms and runs at least 1.25x faster
+    wide; ``on`` lends without the gate; ``off`` never. Costs one more copy of the backend's
+    artifact per serving process where it is on (onnxruntime only today). Ignored when
+    ``intra_op_threads`` is above 1: the plan is then yours."""
+
     auto_backends: tuple[str, ...] = ()
     """``auto`` backend: the backends to try and time at startup; () = ``AUTO_CANDIDATES``
     (eager, static, onnxruntime: each compiles in about a second or less). Each candidate is
@@ -179,6 +189,7 @@ class RuntimeOptions:
             "warmup_iters": (self.warmup_iters >= 0, "use 0 to skip warm-up or a positive count"),
             "borrow_timeout": (self.borrow_timeout > 0, "use a positive number of seconds"),
             "dispatch": (self.dispatch in DISPATCH_MODES, f"use one of {DISPATCH_MODES}"),
+            "lend_idle_cores": (self.lend_idle_cores in LEND_MODES, f"use one of {LEND_MODES}"),
             "max_batch_size": (self.max_batch_size >= 1, "use 1 to turn batching off, or the largest batch to run"),
             "max_queue_delay_us": (
                 self.max_queue_delay_us >= 0,

@@ -17,8 +17,10 @@ from inferpool.engine.backends.base import Runtime
 from inferpool.engine.errors import EngineError
 from inferpool.engine.module import InferenceModule
 from inferpool.engine.options import RuntimeOptions
+from inferpool.engine.pod_load import PodLoad
 from inferpool.engine.pool import Lease, RuntimePool
 from inferpool.engine.schema import Array
+from inferpool.engine.wide import WideLane
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +28,7 @@ log = logging.getLogger(__name__)
 class RuntimeSet:
     def __init__(
         self, name: str, backend: type[Runtime], compiled: Any, module: InferenceModule, options: RuntimeOptions,
-        size: int,
+        size: int, pod: PodLoad | None = None,
     ) -> None:  # fmt: skip
         self.name = name
         self.backend, self.compiled = backend, compiled
@@ -38,9 +40,28 @@ class RuntimeSet:
         self.failed_replacements = 0
         """Replacements that could not be built or warmed (the old runtime stayed), for metrics."""
         self.pool = self._warm_pool(size)
+        self.pod = pod or PodLoad()
+        """The calls running in every serving process: a call alone may take the wide lane."""
+        self.wide: WideLane | None = None
+        """Set where the model gains from every core when it runs alone (inferpool.engine.wide)."""
 
     def run(self, arrays: Mapping[str, Array]) -> dict[str, Array]:
-        """One call on a borrowed runtime."""
+        """One call: on the wide lane when it is the only call running in the pod and the lane is
+        free, else on a borrowed runtime."""
+        pod = self.pod
+        if not pod.active:
+            return self._run_pooled(arrays)
+        alone = pod.enter() == 1
+        try:
+            if alone and self.wide is not None:
+                outputs = self.wide.try_run(arrays)
+                if outputs is not None:
+                    return outputs
+            return self._run_pooled(arrays)
+        finally:
+            pod.leave()
+
+    def _run_pooled(self, arrays: Mapping[str, Array]) -> dict[str, Array]:
         lease = self.pool.borrow()
         with lease as runtime:
             try:

@@ -39,12 +39,14 @@ from inferpool.engine.handlers import Handler, load_handler
 from inferpool.engine.module import InferenceModule
 from inferpool.engine.options import RuntimeOptions
 from inferpool.engine.pipeline import Pipeline
+from inferpool.engine.pod_load import PodLoad
 from inferpool.engine.pool import RuntimePool
 from inferpool.engine.requests import Prediction, Work
 from inferpool.engine.runtime_set import RuntimeSet
 from inferpool.engine.schema import Array, Schema, positional
 from inferpool.engine.sources import load_model, serving_options
-from inferpool.engine.threads import ThreadPlan, apply_thread_plan, init_worker_thread, plan_threads
+from inferpool.engine.threads import ThreadPlan, apply_thread_plan, init_worker_thread, plan_threads, usable_cpus
+from inferpool.engine.wide import build_lane, choose
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +63,7 @@ class ServedModel:
         handler: Handler | None = None,
         *,
         start: bool = True,
+        pod: PodLoad | None = None,
     ) -> None:
         self.selection = resolve_backend(module, options)
         """The backend serving the model (for ``auto``: the fastest measured) and its table."""
@@ -73,7 +76,7 @@ class ServedModel:
         self.max_queue = max_queue
         self.capacity = plan.runtimes + max_queue
         """Requests admitted at once (running + queued); more are refused with Overloaded."""
-        self.runtimes = RuntimeSet(module.name, backend, compiled, module, options, plan.runtimes)
+        self.runtimes = RuntimeSet(module.name, backend, compiled, module, options, plan.runtimes, pod)
         self.service_times = ServiceTimes()
         self._seed_service_times()
         self.admission = Admission(self.service_times, plan.runtimes, options.max_batch_size)
@@ -86,6 +89,13 @@ class ServedModel:
             finish=handler.postprocess if handler else None,
         )
         self.dispatch_mode, self.dispatch_selection = self._choose_executor()
+        processes = self.runtimes.pod.processes
+        self.wide_choice, lane = choose(backend, self.pool.runtimes[0], module, options, usable_cpus(), processes)
+        if self.wide_choice.enabled:
+            self.runtimes.pod.active = True  # every call in the pod counts from now on
+            # A process forked later builds its own lane (its threads would stay here), in start().
+            self.runtimes.wide = lane if start else None
+        del lane
         # Inline until start(): no thread exists yet, so the process can still fork.
         self.executor: Executor = EXECUTORS["inline"](self.pipeline, self._executor_config())
         self.in_flight = 0
@@ -102,6 +112,7 @@ class ServedModel:
         hanging on their first one (measured: torch with 2 intra-op threads), so the parent
         loads with one intra-op thread and each child starts here (``forked``) with its plan
         (``load`` applied it already when the model is started in the process that loaded it)."""
+        backend = self.runtimes.backend
         if forked:
             apply_thread_plan(self.plan)
             if self.plan.intra_op_threads > 1 and self.runtimes.backend.threaded_artifact:
@@ -111,6 +122,11 @@ class ServedModel:
                 self.runtimes.rebuild_artifact()
                 log.info("model %r: built this process's own %s artifact for %d intra-op threads",
                          self.name, self.selection.name, self.plan.intra_op_threads)  # fmt: skip
+            if self.wide_choice.enabled:
+                choice = self.wide_choice
+                self.runtimes.wide = build_lane(backend, self.module, self.options, choice.threads, choice.min_rows)
+                log.info("model %r: a call alone in the pod runs on %d threads (%s)",
+                         self.name, self.wide_choice.threads, self.wide_choice.reason)  # fmt: skip
         self.executor = EXECUTORS[self.dispatch_mode](self.pipeline, self._executor_config())
         self.accepting = True
 
@@ -199,6 +215,7 @@ class ServedModel:
         name: str | None = None,
         handler: str | None = None,
         start: bool = True,
+        pod: PodLoad | None = None,
     ) -> ServedModel:
         """Load, compile and warm a model; ``shares`` pools split the CPUs (see plan_threads),
         ``name`` overrides the model's own, ``handler`` ('package.module:attr', see
@@ -212,12 +229,13 @@ class ServedModel:
         spec = load_model(source)
         module = InferenceModule.from_spec(replace(spec, name=name) if name else spec)
         handles = load_handler(handler) if handler else None
-        served = cls(module, options, plan, max_queue, handles, start=start)
+        served = cls(module, options, plan, max_queue, handles, start=start, pod=pod)
         log.info(
             "model %r ready in %.2fs: backend=%s dispatch=%s runtimes=%d intra_op_threads=%d usable_cpus=%d "
-            "parameters=%d",
+            "parameters=%d wide=%s (%s)",
             module.name, time.perf_counter() - started, served.selection.name, served.dispatch_mode, plan.runtimes,
-            plan.intra_op_threads, plan.cpus, module.num_parameters,
+            plan.intra_op_threads, plan.cpus, module.num_parameters, served.wide_choice.enabled,
+            served.wide_choice.reason,
         )  # fmt: skip
         return served
 
@@ -328,6 +346,7 @@ class ServedModel:
             handler=self.handler,
             backend_selection=self.selection.report() if self.selection.trials else None,
             dispatch_selection=self.dispatch_selection,
+            wide_selection=self.wide_choice.report(),
         )
 
     def stats(self) -> ModelStats:

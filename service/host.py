@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 from inferpool.config import Settings
 from inferpool.engine import ConfigError, EngineClient, NotReady, ServedModel
+from inferpool.engine.pod_load import PodLoad
 from inferpool.engine.threads import plan_threads
 from inferpool.service.apierror import ApiError
 from inferpool.service.board import READY, ProcessBoard
@@ -45,6 +46,8 @@ class ModelHost:
         self.board: ProcessBoard | None = None
         """Set in a serving process the supervisor forked: the readiness of all of them."""
         self.slot = 0
+        self.pod = PodLoad(max(1, settings.workers))
+        """Model calls running in every serving process (made before the fork, so all share it)."""
         self.models: dict[str, EngineClient] = {}
         """Each name's latest version."""
         self.versions: dict[str, dict[str, EngineClient]] = {}
@@ -64,6 +67,7 @@ class ModelHost:
     def join(self, board: ProcessBoard, slot: int) -> None:
         """This host serves as process ``slot`` of the supervisor's ``board``."""
         self.board, self.slot = board, slot
+        self.pod.claim(slot)
 
     @property
     def stopping(self) -> bool:
@@ -184,7 +188,7 @@ class ModelHost:
             for plan in todo:
                 model = ServedModel.load(
                     plan.source, plan.options, max_queue=settings.max_queue,
-                    shares=shares, name=plan.name, handler=plan.handler, start=start,
+                    shares=shares, name=plan.name, handler=plan.handler, start=start, pod=self.pod,
                 )  # fmt: skip
                 if _key(plan) in loaded or (model.name, plan.version) in names:
                     model.close()

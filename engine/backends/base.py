@@ -32,6 +32,10 @@ class Runtime(ABC):
     """The shared artifact starts threads of its own when ``intra_op_threads`` > 1 (an ORT
     session's pool): threads a process forked after ``compile`` does not have."""
 
+    wide_artifact_supported: ClassVar[bool] = False
+    """``wide_artifact`` builds an artifact for more intra-op threads in the serving process
+    (inferpool.engine.wide: the lane a call running alone in the pod takes)."""
+
     def __init__(self, module: InferenceModule, options: RuntimeOptions, compiled: Any = None) -> None:
         if self.shared is not None:
             what, kind = self.shared
@@ -49,6 +53,11 @@ class Runtime(ABC):
         package, an inference session) once per model; every runtime gets the same object,
         so its weights exist once. ``eager`` needs none."""
         return None
+
+    @classmethod
+    def wide_artifact(cls, module: InferenceModule, options: RuntimeOptions, threads: int) -> Any:
+        """The shared artifact again, built to run one call on ``threads`` intra-op threads."""
+        raise NotImplementedError(f"{cls.__name__} builds no wide artifact")
 
     @abstractmethod
     def run(self, inputs: Mapping[str, Array]) -> dict[str, Array]: ...

@@ -187,6 +187,7 @@ class OnnxRuntime(Runtime):
 
     shared = ("session", object)
     threaded_artifact = True
+    wide_artifact_supported = True
     tolerance = Tolerance(rtol=1e-3, atol=1e-5)  # ORT fuses and reorders float ops
 
     def __init__(self, module: InferenceModule, options: RuntimeOptions, compiled: Any = None) -> None:
@@ -207,6 +208,25 @@ class OnnxRuntime(Runtime):
             return served
         # Named, it alone will serve the module; under ``auto`` the weights stay until it is chosen.
         return load_session(module, options, release=options.backend == "onnxruntime")[0]
+
+    @classmethod
+    def wide_artifact(cls, module: InferenceModule, options: RuntimeOptions, threads: int) -> Any:
+        """A second session on the same checked export for ``threads`` intra-op threads, whose pool
+        threads sleep between runs: it serves only a call running alone (inferpool.engine.wide), and a
+        spinning pool would take the cores the narrow runtimes need once others arrive."""
+        so = session_options(replace(options, intra_op_threads=threads))
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        served = onnx_file_session(module, so)
+        if served is not None:
+            return served
+        known = checked(module)
+        if known is None:  # not loaded through load_session in this process: export and check now
+            return load_session(module, replace(options, intra_op_threads=threads))[0]
+        ort = require("onnxruntime")
+        model = str(known.exported.model) if isinstance(known.exported.model, Path) else known.exported.model
+        session = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+        check_parity(module, session, known.reference)
+        return session
 
     @classmethod
     def release_weights(cls, module: InferenceModule) -> None:

@@ -191,8 +191,9 @@ import json, sys
 from pathlib import Path
 from inferpool.engine import RuntimeOptions
 from inferpool.engine.served import ServedModel
+# lend_idle_cores off: this measures the one session's weights; a wide lane is a documented second copy.
 options = RuntimeOptions(backend=sys.argv[1], compile_cache_dir=sys.argv[2], num_runtimes=1, warmup_iters=1,
-                         intra_op_threads=1, dispatch="inline")
+                         intra_op_threads=1, dispatch="inline", lend_idle_cores="off")
 ServedModel.load("tests.support.extra_models:wide", options, start=False)
 status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
 print(json.dumps({key: int(status[key].split()[0]) * 1024 for key in ("VmRSS", "VmHWM")}))

@@ -1,0 +1,180 @@
+"""Lending idle cores to a call that runs alone: the wide lane, and the measurement that turns it on.
+
+The thread plan gives each runtime one intra-op thread, which is right when many requests keep
+every core busy, and leaves all but one core idle when a single compute-bound request is in
+flight (a ResNet-50 image, a 16-sentence MiniLM batch). So a model whose call is long and gets
+faster with more threads also has a *wide* runtime: its backend's artifact built for every core
+the server may use. A call takes it when it is the only one running in the whole pod
+(inferpool.engine.pod_load) and it is free; otherwise the call runs narrow on the pool as before,
+so a loaded server never oversubscribes its cores, and the wide lane never makes a call wait.
+
+Whether a model gets one is measured at start-up (``choose``): its example call at the plan's
+thread count and at every core; the wide lane is kept only when the call is long enough for
+threads to pay (``MIN_CALL_SECONDS``) and measurably faster wide (``MIN_SPEEDUP``). Explicit
+settings win: ``lend_idle_cores = "off"``, or an ``intra_op_threads`` above 1, keep the plan as
+configured. Backends opt in through ``Runtime.wide_artifact`` (onnxruntime today: a second session
+whose pool threads sleep between runs instead of spinning, so an idle wide lane costs no CPU).
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from inferpool.engine.backends.base import Runtime
+from inferpool.engine.module import InferenceModule
+from inferpool.engine.options import RuntimeOptions
+from inferpool.engine.schema import Array
+
+MIN_CALL_SECONDS = 0.002
+"""Below this a call is too short for threads to pay (the digits CNN's 20 µs would only slow down)."""
+MIN_SPEEDUP = 1.25
+"""Narrow time / wide time needed to keep the lane: a second copy of the weights must earn its place."""
+MEMORY_SHARE = 0.1
+"""The lanes of all serving processes together may hold at most this share of the memory the
+server may use (cgroup limit, else what the kernel says is available): each is a copy of the weights."""
+REPEATS = 5
+BATCH_PROBE = 8
+"""A batched model whose one-sample call cannot gain is measured again at this many samples: a
+16-sentence request gains from threads where one sentence does not."""
+
+
+@dataclass(frozen=True)
+class WideChoice:
+    """What ``choose`` measured and decided, for the log and ``/v2/models/{name}/config``."""
+
+    threads: int
+    enabled: bool
+    reason: str
+    narrow_ms: float | None = None
+    wide_ms: float | None = None
+    min_rows: int = 1
+    """Calls of fewer samples run narrow: they were measured not to gain."""
+
+    def report(self) -> dict[str, Any]:
+        figures = {"narrow_ms": self.narrow_ms, "wide_ms": self.wide_ms} if self.narrow_ms is not None else {}
+        return {"threads": self.threads, "enabled": self.enabled, "reason": self.reason, "min_rows": self.min_rows,
+                **figures}  # fmt: skip
+
+
+class WideLane:
+    """One wide runtime, taken only when free: a call never waits for it."""
+
+    def __init__(self, runtime: Runtime, min_rows: int = 1) -> None:
+        self.runtime = runtime
+        self.min_rows = min_rows
+        self._free = threading.Lock()
+        self.calls = 0
+
+    def try_run(self, arrays: Mapping[str, Array]) -> dict[str, Array] | None:
+        if self.min_rows > 1 and next(iter(arrays.values())).shape[0] < self.min_rows:
+            return None
+        if not self._free.acquire(blocking=False):
+            return None
+        try:
+            outputs = self.runtime.run(arrays)
+            self.calls += 1
+            return outputs
+        finally:
+            self._free.release()
+
+
+def wide_options(options: RuntimeOptions, threads: int) -> RuntimeOptions:
+    return replace(options, intra_op_threads=threads, num_runtimes=1)
+
+
+def build_lane(
+    backend: type[Runtime], module: InferenceModule, options: RuntimeOptions, threads: int, min_rows: int = 1
+) -> WideLane:
+    """A warm wide lane on a new artifact of ``threads`` intra-op threads (built in the process that serves)."""
+    wide = wide_options(options, threads)
+    runtime = backend(module, wide, backend.wide_artifact(module, options, threads))
+    runtime.warmup()
+    return WideLane(runtime, min_rows)
+
+
+def _median_seconds(call: Callable[[], object]) -> float:
+    call()  # warm: a new artifact's first run allocates
+    times = []
+    for _ in range(REPEATS):
+        started = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def usable_memory_bytes(cgroup: Path = Path("/sys/fs/cgroup"), meminfo: Path = Path("/proc/meminfo")) -> int:
+    """The cgroup's memory limit (v2, then v1) when there is one, else the kernel's MemAvailable."""
+    for limit in (cgroup / "memory.max", cgroup / "memory" / "memory.limit_in_bytes"):
+        try:
+            text = limit.read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) < 1 << 60:  # v1 says "no limit" with a huge number
+            return int(text)
+    fields = dict(line.split(":", 1) for line in meminfo.read_text().splitlines() if ":" in line)
+    return int(fields["MemAvailable"].split()[0]) * 1024
+
+
+def lane_memory_refusal(module: InferenceModule, processes: int, available: int) -> str | None:
+    """Why the lanes would cost too much memory, or None: one copy of the fp32 weights a process."""
+    cost = module.num_parameters * 4 * processes
+    if cost <= MEMORY_SHARE * available:
+        return None
+    return (
+        f"{processes} lanes would hold {cost / 2**20:.0f} MiB of weight copies, over {MEMORY_SHARE:.0%} of the "
+        f"{available / 2**20:.0f} MiB this server may use"
+    )
+
+
+def choose(
+    backend: type[Runtime], narrow: Runtime, module: InferenceModule, options: RuntimeOptions, cpus: int,
+    processes: int = 1,
+) -> tuple[WideChoice, WideLane | None]:  # fmt: skip
+    """Measure whether ``module`` gains from running alone on ``cpus`` threads; the lane it measured
+    on comes back when it does (a process that forks later drops it and builds its own: see
+    ServedModel.start)."""
+    if options.lend_idle_cores == "off":
+        return WideChoice(cpus, False, "lend_idle_cores is off"), None
+    if options.intra_op_threads > 1 or cpus <= 1:
+        reason = "intra_op_threads is set" if options.intra_op_threads > 1 else "one usable CPU"
+        return WideChoice(cpus, False, reason), None
+    if not backend.wide_artifact_supported:
+        return WideChoice(cpus, False, f"backend {backend.__name__} builds no wide artifact"), None
+    refusal = lane_memory_refusal(module, processes, usable_memory_bytes())
+    if refusal is not None and options.lend_idle_cores == "auto":
+        return WideChoice(cpus, False, refusal), None
+    lane: WideLane | None = None
+    choice = WideChoice(cpus, False, "")
+    batched = all(spec.batched for spec in module.schema.inputs)
+    for rows in (1, BATCH_PROBE) if batched else (1,):
+        choice, lane = _measure(backend, narrow, module, options, cpus, rows, lane)
+        if choice.enabled:
+            return choice, lane
+    return choice, None
+
+
+def _measure(
+    backend: type[Runtime], narrow: Runtime, module: InferenceModule, options: RuntimeOptions, cpus: int, rows: int,
+    lane: WideLane | None,
+) -> tuple[WideChoice, WideLane | None]:  # fmt: skip
+    """Narrow and wide on ``rows`` example samples; the lane is built on the first call that needs it."""
+    example = module.example_inputs if rows == 1 else module.examples(rows)
+    narrow_seconds = _median_seconds(lambda: narrow.run(example))
+    at = f"a {rows}-sample call" if rows > 1 else "a call"
+    if narrow_seconds < MIN_CALL_SECONDS and options.lend_idle_cores == "auto":
+        reason = f"{at} takes {narrow_seconds * 1e3:.3f} ms, under {MIN_CALL_SECONDS * 1e3:g} ms"
+        return WideChoice(cpus, False, reason, round(narrow_seconds * 1e3, 3), min_rows=rows), lane
+    lane = lane or build_lane(backend, module, options, cpus)
+    lane.min_rows = rows
+    wide_seconds = _median_seconds(lambda: lane.runtime.run(example))
+    speedup = narrow_seconds / wide_seconds
+    enabled = options.lend_idle_cores == "on" or speedup >= MIN_SPEEDUP
+    reason = f"{at} is {speedup:.2f}x faster on {cpus} threads" + ("" if enabled else f", under {MIN_SPEEDUP}x")
+    figures = round(narrow_seconds * 1e3, 3), round(wide_seconds * 1e3, 3)
+    return WideChoice(cpus, enabled, reason, *figures, min_rows=rows), lane

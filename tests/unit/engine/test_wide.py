@@ -1,0 +1,165 @@
+"""The wide lane: chosen by what the example call measures, taken only by a call alone in the pod."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+import pytest
+
+from inferpool.engine.backends.base import Runtime
+from inferpool.engine.module import InferenceModule
+from inferpool.engine.options import RuntimeOptions
+from inferpool.engine.pod_load import PodLoad
+from inferpool.engine.runtime_set import RuntimeSet
+from inferpool.engine.wide import WideLane, choose, lane_memory_refusal, usable_memory_bytes
+from inferpool.engine.zoo.mlp import build as build_mlp
+
+
+class Sleeper(Runtime):
+    """A call that sleeps ``narrow`` seconds on one thread and ``wide`` on the wide artifact."""
+
+    narrow: ClassVar[float] = 0.005
+    wide: ClassVar[float] = 0.002
+    wide_artifact_supported = True
+
+    def run(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
+        time.sleep(self.wide if self.compiled == "wide" else self.narrow)
+        self.calls += 1
+        return {"logits": np.zeros((1, 10), np.float32), "lane": self.compiled}
+
+    @classmethod
+    def wide_artifact(cls, module: InferenceModule, options: RuntimeOptions, threads: int) -> Any:
+        return "wide"
+
+
+@pytest.fixture(scope="module")
+def module() -> InferenceModule:
+    return InferenceModule.from_spec(build_mlp())
+
+
+def _sleeper(narrow: float, wide: float) -> type[Sleeper]:
+    return type("Fake", (Sleeper,), {"narrow": narrow, "wide": wide})
+
+
+def test_a_long_call_that_scales_gets_the_lane(module):
+    backend = _sleeper(0.005, 0.002)
+    choice, lane = choose(backend, backend(module, RuntimeOptions()), module, RuntimeOptions(), cpus=2)
+    assert choice.enabled, choice
+    assert lane is not None
+    assert lane.runtime.options.intra_op_threads == 2
+    assert choice.narrow_ms is not None
+    assert choice.wide_ms is not None
+    assert choice.narrow_ms > choice.wide_ms
+
+
+@pytest.mark.parametrize(
+    ("narrow", "wide", "options", "cpus", "reason"),
+    [
+        (0.0002, 0.0001, RuntimeOptions(), 2, "under 2 ms"),  # digits-sized: threads cannot pay
+        (0.005, 0.0045, RuntimeOptions(), 2, "under 1.25x"),  # long, but does not scale
+        (0.005, 0.002, RuntimeOptions(lend_idle_cores="off"), 2, "off"),
+        (0.005, 0.002, RuntimeOptions(intra_op_threads=2), 4, "intra_op_threads is set"),  # explicit wins
+        (0.005, 0.002, RuntimeOptions(), 1, "one usable CPU"),
+    ],
+)
+def test_no_lane_where_it_cannot_win_or_was_not_asked_for(module, narrow, wide, options, cpus, reason):
+    backend = _sleeper(narrow, wide)
+    choice, lane = choose(backend, backend(module, options), module, options, cpus=cpus)
+    assert not choice.enabled
+    assert lane is None
+    assert reason in choice.reason
+
+
+def test_a_backend_without_a_wide_artifact_is_left_alone(module):
+    backend = type("Plain", (Sleeper,), {"wide_artifact_supported": False})
+    choice, _ = choose(backend, backend(module, RuntimeOptions()), module, RuntimeOptions(), cpus=2)
+    assert not choice.enabled
+    assert "builds no wide artifact" in choice.reason
+
+
+def _runtime_set(module: InferenceModule, pod: PodLoad) -> RuntimeSet:
+    options = RuntimeOptions(warmup_iters=0)
+    backend = _sleeper(0.0, 0.0)
+    runtimes = RuntimeSet("fake", backend, "narrow", module, options, 1, pod)
+    runtimes.wide = WideLane(backend(module, options, "wide"))
+    return runtimes
+
+
+def _other_process_calls(pod: PodLoad, entered: Any, done: Any) -> None:
+    pod.claim(1)
+    pod.enter()
+    entered.set()
+    done.wait(30)
+    pod.leave()
+
+
+def test_a_call_alone_in_the_pod_runs_wide_and_beside_another_narrow(module):
+    pod = PodLoad(processes=2)
+    pod.active = True
+    runtimes = _runtime_set(module, pod)
+    assert runtimes.run(module.example_inputs)["lane"] == "wide"
+    fork = multiprocessing.get_context("fork")  # a serving process is a fork of the one that made the pod
+    entered, done = fork.Event(), fork.Event()
+    other = fork.Process(target=_other_process_calls, args=(pod, entered, done))
+    other.start()
+    try:
+        assert entered.wait(30)
+        assert runtimes.run(module.example_inputs)["lane"] == "narrow"  # the other process's call is running
+    finally:
+        done.set()
+        other.join(30)
+    assert runtimes.run(module.example_inputs)["lane"] == "wide"
+    assert pod.running() == 0  # every call left
+
+
+def test_an_inactive_pod_counts_nothing(module):
+    pod = PodLoad()
+    runtimes = _runtime_set(module, pod)
+    assert runtimes.run(module.example_inputs)["lane"] == "narrow"  # no model of the pod lends
+    assert pod.running() == 0
+
+
+def test_a_replacement_process_resets_its_slot():
+    pod = PodLoad(processes=2)
+    pod.claim(1)
+    pod.enter()  # then the process is killed mid-call
+    pod.claim(1)
+    assert pod.running() == 0
+
+
+class RowSleeper(Sleeper):
+    """0.3 ms a sample narrow, half that wide: one sample is too short to gain, eight are not."""
+
+    def run(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
+        rows = next(iter(inputs.values())).shape[0]
+        time.sleep(rows * (0.00015 if self.compiled == "wide" else 0.0003))
+        return {"logits": np.zeros((rows, 10), np.float32), "lane": self.compiled}
+
+
+def test_a_model_that_gains_only_on_batches_lends_only_to_batches(module):
+    choice, lane = choose(RowSleeper, RowSleeper(module, RuntimeOptions()), module, RuntimeOptions(), cpus=2)
+    assert choice.enabled, choice
+    assert choice.min_rows == 8
+    assert lane is not None
+    assert lane.try_run(module.examples(1)) is None  # one sample: narrow, as measured
+    outputs = lane.try_run(module.examples(8))
+    assert outputs is not None
+    assert outputs["lane"] == "wide"
+
+
+def test_lanes_that_would_hold_too_much_memory_are_refused(module, tmp_path):
+    weights = module.num_parameters * 4
+    assert lane_memory_refusal(module, processes=2, available=weights * 100) is None
+    refusal = lane_memory_refusal(module, processes=2, available=weights * 10)
+    assert refusal is not None
+    assert "2 lanes would hold" in refusal
+    (tmp_path / "memory.max").write_text("1073741824\n")
+    assert usable_memory_bytes(cgroup=tmp_path) == 1 << 30
+    (tmp_path / "memory.max").write_text("max\n")
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal: 100 kB\nMemAvailable:    2048 kB\n")
+    assert usable_memory_bytes(cgroup=tmp_path, meminfo=meminfo) == 2048 * 1024
