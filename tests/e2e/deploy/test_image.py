@@ -111,8 +111,10 @@ def test_build_installs_the_cpu_torch_and_the_project_into_the_venv(image):
 
     out = _run_in_image(
         final,
-        "import sys, torch, engine, service, config, inferpool.engine.zoo.digits as d\n"
+        "import sys, importlib.util, torch, inferpool.engine as engine, inferpool.service as service\n"
+        "import inferpool.config as config, inferpool.engine.zoo.digits as d\n"
         "from pathlib import Path\n"
+        "assert all(importlib.util.find_spec(n) is None for n in ('engine', 'service', 'config', 'cli', 'harness'))\n"
         "print(torch.__version__, torch.version.cuda)\n"
         "for m in (engine, service, config): print(m.__file__)\n"
         "print(sorted(p.name for p in Path(d.__file__).parent.glob('*.pt')))\n"
