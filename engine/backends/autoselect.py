@@ -40,6 +40,7 @@ from typing import Any
 
 from inferpool.engine.backends import BACKENDS
 from inferpool.engine.backends.base import Runtime
+from inferpool.engine.backends.choice_cache import choice_path, read_choice, write_choice
 from inferpool.engine.backends.parity import eager_outputs, first_mismatch
 from inferpool.engine.errors import ConfigError, EngineError, ModelLoadError
 from inferpool.engine.module import InferenceModule
@@ -87,11 +88,14 @@ class BackendChoice:
     compiled: Any
     configured: str
     trials: tuple[Trial, ...] = ()
+    cached: bool = False
+    """``auto`` served what an earlier start chose (inferpool.engine.backends.choice_cache)."""
 
     def report(self) -> dict[str, Any]:
         """JSON-ready: what was configured, what serves, and every candidate's row."""
         table = [asdict(t) for t in self.trials]
-        return {"configured": self.configured, "chosen": self.name, "score": SCORE, "candidates": table}
+        return {"configured": self.configured, "chosen": self.name, "score": SCORE, "candidates": table,
+                "cached": self.cached}  # fmt: skip
 
 
 def backend_names() -> list[str]:
@@ -100,7 +104,7 @@ def backend_names() -> list[str]:
 
 def resolve_backend(module: InferenceModule, options: RuntimeOptions) -> BackendChoice:
     if options.backend == AUTO:
-        choice = choose(module, options, {n: BACKENDS[n] for n in options.auto_backends or AUTO_CANDIDATES})
+        choice = _cached_or_chosen(module, options, options.auto_backends or AUTO_CANDIDATES)
         # A backend whose artifact holds its own copy of the weights lets the torch module's go,
         # now that nothing else will run it (onnxruntime; see inferpool.engine.backends.weights).
         release = getattr(choice.backend, "release_weights", None)
@@ -111,6 +115,28 @@ def resolve_backend(module: InferenceModule, options: RuntimeOptions) -> Backend
         raise ConfigError(f"backend {options.backend!r} is unknown; choose one of {backend_names()}")
     backend = BACKENDS[options.backend]
     return BackendChoice(options.backend, backend, backend.compile(module, options), options.backend)
+
+
+def _cached_or_chosen(module: InferenceModule, options: RuntimeOptions, names: tuple[str, ...]) -> BackendChoice:
+    """The winner an earlier start chose, compiled and checked again; else a new choice, kept."""
+    path = choice_path(module, options, names)
+    saved = read_choice(path, names) if path is not None else None
+    if saved is not None and path is not None:
+        chosen, table = saved
+        inputs = _timing_inputs(module, options)
+        try:
+            winner = _try(module, options, BACKENDS[chosen], _eager(module, inputs[1]), inputs[1])
+        except Exception as exc:
+            log.warning("auto: the cached choice %r for %r no longer serves (%s); timing the candidates", chosen,
+                        module.name, exc, exc_info=True)  # fmt: skip
+        else:
+            log.info("auto: model %r is served by %r, as chosen at an earlier start (%s)", module.name, chosen, path)
+            trials = tuple(Trial(**row) for row in table)  # type: ignore[arg-type]
+            return BackendChoice(chosen, winner.backend, winner.compiled, AUTO, trials, cached=True)
+    choice = choose(module, options, {n: BACKENDS[n] for n in names})
+    if path is not None:
+        write_choice(path, choice.name, [asdict(t) for t in choice.trials])
+    return choice
 
 
 @dataclass
