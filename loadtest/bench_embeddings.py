@@ -113,7 +113,7 @@ def main() -> None:
             base = statistics.fmean(r["achieved_rps"] for r in mine if r["route"] == "predict")
             for route in ROUTES:
                 rows = [r for r in mine if r["route"] == route]
-                rates = " / ".join(f"{r['achieved_rps']:.0f}" for r in rows)
+                rates = " / ".join(f"{r['achieved_rps']:.1f}" for r in rows)
                 ratio = statistics.fmean(r["achieved_rps"] for r in rows) / base
                 p50 = " / ".join(f"{r['latency_ms']['p50']:.1f}" for r in rows)
                 p99 = " / ".join(f"{r['latency_ms']['p99']:.1f}" for r in rows)
