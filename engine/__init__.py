@@ -19,7 +19,7 @@ from inferpool.engine.errors import (
     PredictedWaitExceeded,
     WorkerDied,
 )
-from inferpool.engine.handlers import Handler
+from inferpool.engine.handlers import Handler, TextEmbedding, TokenIds
 from inferpool.engine.module import InferenceModule
 from inferpool.engine.options import RuntimeOptions
 from inferpool.engine.pool import RuntimePool
@@ -54,6 +54,8 @@ __all__ = [
     "Schema",
     "ServedModel",
     "TensorSpec",
+    "TextEmbedding",
+    "TokenIds",
     "WorkerDied",
     "load_model",
 ]

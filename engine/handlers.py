@@ -18,6 +18,8 @@ around the usual checks:
 - ``samples(payload)`` counts samples for admission control before validation (cheap, 1 if unsure).
 - ``request_schema`` / ``response_schema`` are the JSON Schemas of /predict's ``inputs`` and
   ``outputs``, for the OpenAPI docs; ``v2_inputs`` / ``v2_outputs`` the v2 metadata tensors.
+- ``text_embedding``, set by a handler whose model embeds text, is what OpenAI's embeddings API
+  (``/v1/embeddings``) serves: see :class:`TextEmbedding`.
 
 With dynamic batching, a request's rows are batched with others of the same per-sample shape:
 a handler that pads should pad to a few fixed lengths (buckets) so that requests can share a call.
@@ -27,11 +29,42 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from inferpool.engine.errors import ModelLoadError
 from inferpool.engine.schema import Array
 from inferpool.engine.sources import import_object
+
+
+@dataclass(frozen=True, slots=True)
+class TextEmbedding:
+    """A handler's declaration that its model embeds text, so that ``/v1/embeddings`` serves it.
+
+    The route sends ``preprocess`` a list of strings (one or more), or :class:`TokenIds` when
+    ``token_ids`` says the handler takes them, and reads two of ``postprocess``'s outputs: the
+    ``embedding`` output, one unit vector of ``dimensions`` floats per input, and the ``tokens``
+    output, each input's token count as embedded (what the API's ``usage`` reports)."""
+
+    dimensions: int
+    embedding: str = "embedding"
+    tokens: str = "tokens"
+    token_ids: bool = False
+    """Whether ``preprocess`` takes :class:`TokenIds` (the API's token-array inputs)."""
+    max_tokens: int | None = None
+    """The longest token list ``preprocess`` takes (None: no limit it can state)."""
+    vocabulary: int | None = None
+    """Token ids run from 0 to ``vocabulary - 1`` (the OpenAPI spec says so, so that it accepts
+    only what the handler does)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TokenIds:
+    """Inputs that arrive tokenised: each a non-empty list of the model's own vocabulary ids,
+    the whole sequence its tokenizer makes (special tokens included). No JSON value decodes to
+    this type, so only a route that means it (``/v1/embeddings``) can send it."""
+
+    ids: list[list[int]]
 
 
 class Handler(ABC):
@@ -40,6 +73,9 @@ class Handler(ABC):
     v2_inputs: ClassVar[list[dict[str, Any]]] = []
     """``[{"name", "datatype", "shape"}]`` as the v2 metadata route reports them."""
     v2_outputs: ClassVar[list[dict[str, Any]]] = []
+    text_embedding: TextEmbedding | None = None
+    """Set (on the class or the instance) when the model embeds text: ``/v1/embeddings`` serves
+    it (:class:`TextEmbedding`)."""
 
     @abstractmethod
     def preprocess(self, payload: object) -> tuple[dict[str, Array], object]: ...

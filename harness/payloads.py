@@ -73,6 +73,12 @@ def v2_request(
     return Payload(path, body + b"".join(chunks), (BINARY, (HEADER_LENGTH, str(len(body)))))
 
 
+def embeddings_request(model: str, inputs: str | Sequence[str], encoding_format: str = "float") -> Payload:
+    """``POST /v1/embeddings`` (OpenAI's API) of one text or a list of them."""
+    body = {"model": model, "input": inputs, "encoding_format": encoding_format}
+    return Payload("/v1/embeddings", orjson.dumps(body), (JSON,))
+
+
 def grpc_request(model: str, inputs: Mapping[str, npt.NDArray[Any]], outputs: Sequence[str] = ()) -> bytes:
     """A serialised gRPC ModelInferRequest of ``inputs`` as raw contents (as Triton's client
     sends them), to send as bytes on a channel with no serializer."""
@@ -135,6 +141,11 @@ def minilm_json() -> Payload:
     return json_request(SENTENCE)
 
 
+def minilm_openai() -> Payload:
+    """The sentence through OpenAI's embeddings API, floats back (as /predict sends them)."""
+    return embeddings_request("minilm", SENTENCE)
+
+
 def minilm_v2_binary() -> Payload:
     """The sentence as a v2 ``BYTES`` tensor, every output binary."""
     return v2_request("minilm", {"text": [SENTENCE]})
@@ -146,5 +157,6 @@ PAYLOADS: dict[str, Callable[[], Payload]] = {
     "digits-v2-binary": digits_v2_binary,
     "minilm-json": minilm_json,
     "minilm-v2-binary": minilm_v2_binary,
+    "minilm-openai": minilm_openai,
     "empty": lambda: Payload("/", method="GET"),
 }

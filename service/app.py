@@ -21,7 +21,7 @@ from inferpool.service.host import ModelHost
 from inferpool.service.metrics import Metrics
 from inferpool.service.middleware import Activity, RequestContext
 from inferpool.service.openapi import model_aware_openapi
-from inferpool.service.routes import health, predict, repository, v2
+from inferpool.service.routes import health, openai, predict, repository, v2
 
 log = logging.getLogger(__name__)
 GRPC_GRACE_SECONDS = 1.0
@@ -92,11 +92,13 @@ def create_app(settings: Settings, host: ModelHost | None = None) -> FastAPI:
         predict.predict: answer_predict,
         predict.predict_named: answer_predict,
         v2.infer: answer_infer,
+        openai.embeddings: openai.Embeddings(host, metrics),
     }
-    app.state.hot_routers = [predict.router, v2.router]
+    app.state.hot_routers = [predict.router, v2.router, openai.router]
     app.include_router(predict.router)
     app.include_router(health.router)
     app.include_router(v2.router)
+    app.include_router(openai.router)
     app.include_router(repository.router)
     install_error_handlers(app, metrics)
     if settings.api_key is not None:

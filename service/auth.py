@@ -15,7 +15,7 @@ from typing import Any
 from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from inferpool.service.errors import error_response
+from inferpool.service.errors import ErrorAnswer
 from inferpool.service.metrics import Metrics
 from inferpool.service.middleware import Pairs
 
@@ -24,6 +24,12 @@ DOCS = frozenset({"/docs", "/docs/oauth2-redirect", "/openapi.json"})
 AUTHORIZATION = (b"authorization", "authorization")
 X_API_KEY = (b"x-api-key", "x-api-key")
 BEARER = b"bearer "
+REFUSED = ErrorAnswer(
+    401,
+    "missing or wrong API key: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'",
+    {"WWW-Authenticate": "Bearer"},
+    reason="auth",
+)
 
 
 class ApiKey:
@@ -74,12 +80,7 @@ class ApiKeyAuth:
             return
         self.metrics.observe_error("auth")
         _label_route(scope)
-        response = error_response(
-            401,
-            "missing or wrong API key: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'",
-            {"WWW-Authenticate": "Bearer"},
-        )
-        await response(scope, receive, send)
+        await REFUSED.response(scope["path"])(scope, receive, send)
 
 
 def _label_route(scope: Scope) -> None:

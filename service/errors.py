@@ -1,4 +1,5 @@
-"""The one place where errors become HTTP responses: ``{"error": "..."}`` JSON, always.
+"""The one place where errors become HTTP responses: ``{"error": "..."}`` JSON, always (in
+OpenAI's shape under ``/v1/``: service/apierror.py).
 
 Deliberate errors map by type to a status. Anything unexpected is logged once with its
 traceback and answered with a generic 500 that leaks no internals.
@@ -7,7 +8,7 @@ traceback and answered with a generic 500 that leaks no internals.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +26,7 @@ from inferpool.engine import (
     NotReady,
     Overloaded,
 )
-from inferpool.service.apierror import ApiError, error_body
+from inferpool.service.apierror import ApiError, error_body_for
 from inferpool.service.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -61,10 +62,6 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-def error_response(status: int, message: str, headers: Mapping[str, str] | None = None, **extra: Any) -> Response:
-    return Response(error_body(message, **extra), status_code=status, media_type="application/json", headers=headers)
-
-
 @dataclass(frozen=True, slots=True)
 class ErrorAnswer:
     """What a deliberate error answers: the FastAPI handlers and the hot routes' raw ASGI
@@ -74,9 +71,15 @@ class ErrorAnswer:
     message: str
     headers: dict[str, str] | None = None
     input: str | None = None
+    reason: str | None = None
+    param: str | None = None
 
-    def response(self) -> Response:
-        return error_response(self.status, self.message, self.headers, input=self.input)
+    def body(self, path: str) -> bytes:
+        """The JSON, in the shape of the API ``path`` belongs to."""
+        return error_body_for(path, self.status, self.message, reason=self.reason, input=self.input, param=self.param)
+
+    def response(self, path: str = "") -> Response:
+        return Response(self.body(path), status_code=self.status, media_type="application/json", headers=self.headers)
 
 
 def answer_for(exc: Exception, metrics: Metrics) -> ErrorAnswer | None:
@@ -90,10 +93,10 @@ def answer_for(exc: Exception, metrics: Metrics) -> ErrorAnswer | None:
             headers = {"Retry-After": str(max(1, round(retry)))}
             if isinstance(exc, NotReady):  # loading or draining: send the client to another replica
                 headers["Connection"] = "close"
-        return ErrorAnswer(status, str(exc), headers, getattr(exc, "input_name", None))
+        return ErrorAnswer(status, str(exc), headers, getattr(exc, "input_name", None), exc.reason)
     if isinstance(exc, ApiError):
         metrics.observe_error(exc.reason)
-        return ErrorAnswer(exc.status, str(exc))
+        return ErrorAnswer(exc.status, str(exc), reason=exc.reason, param=exc.param)
     return None
 
 
@@ -102,7 +105,7 @@ def unexpected(scope: Scope, metrics: Metrics) -> ErrorAnswer:
     block), answered with a 500 that leaks no internals."""
     log.exception("unhandled error on %s %s", scope.get("method"), scope.get("path"))
     metrics.observe_error("internal")
-    return ErrorAnswer(500, "internal server error; the server log has the details")
+    return ErrorAnswer(500, "internal server error; the server log has the details", reason="internal")
 
 
 def _metrics(request: Request) -> Metrics:
@@ -113,12 +116,13 @@ def _metrics(request: Request) -> Metrics:
 def _deliberate(request: Request, exc: Exception) -> Response:
     answer = answer_for(exc, _metrics(request))
     assert answer is not None, "registered only for EngineError and ApiError"
-    return answer.response()
+    return answer.response(request.url.path)
 
 
 def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
-    return error_response(exc.status_code, str(exc.detail), exc.headers)
+    headers = dict(exc.headers) if exc.headers else None
+    return ErrorAnswer(exc.status_code, str(exc.detail), headers).response(request.url.path)
 
 
 def _validation_error(request: Request, exc: Exception) -> Response:
@@ -126,7 +130,7 @@ def _validation_error(request: Request, exc: Exception) -> Response:
     problems = "; ".join(
         f"{'.'.join(str(p) for p in err.get('loc', ()))}: {err.get('msg', 'invalid')}" for err in exc.errors()
     )
-    return error_response(422, f"invalid request: {problems}")
+    return ErrorAnswer(422, f"invalid request: {problems}", reason="invalid_input").response(request.url.path)
 
 
 def install_error_handlers(app: FastAPI, metrics: Metrics) -> None:
@@ -165,4 +169,4 @@ class ErrorBoundary:
         except Exception:  # noqa: BLE001 -- unexpected() logs the traceback
             answer = unexpected(scope, self.metrics)
             if not started:
-                await answer.response()(scope, receive, send)
+                await answer.response(scope.get("path", ""))(scope, receive, send)

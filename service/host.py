@@ -96,12 +96,17 @@ class ModelHost:
         # Another serving process is starting or was replaced: the pod is not fully up.
         return "ready" if self.board is None or self.board.all_ready() else "starting"
 
-    def get(self, name: str | None = None, version: str | None = None) -> EngineClient:
-        """A model by name (the default one without) and version (the latest without),
-        NotReady (503) while the host is not serving, ApiError 404 for one it does not serve."""
+    def serving(self) -> EngineClient:
+        """The default model; NotReady (503) while the host is not serving (loading, stopping)."""
         default = self.default
         if default is None or self.stopping:
             raise NotReady(f"model is not ready ({self.status}{': ' + self.error if self.error else ''})")
+        return default
+
+    def get(self, name: str | None = None, version: str | None = None) -> EngineClient:
+        """A model by name (the default one without) and version (the latest without),
+        NotReady (503) while the host is not serving, ApiError 404 for one it does not serve."""
+        default = self.serving()
         if name is None:
             model_served.set((default.name, self.version_label(default)))
             return default

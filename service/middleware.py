@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from inferpool.engine.requests import request_id
-from inferpool.service.apierror import error_body
+from inferpool.service.apierror import error_body_for
 from inferpool.service.metrics import Metrics
 
 STARTED = "inferpool.started"  # scope keys the /predict route reads and writes
@@ -88,7 +88,7 @@ class RequestContext:
         limit = self.activity.limit
         path = scope["path"]
         if limit is not None and self.activity.active >= limit and not _never_shed(path):
-            await self._shed(send, rid, limit, self.activity.closing)
+            await self._shed(send, rid, limit, self.activity.closing, path)
             self.metrics.observe_error("load_shed")
             self.metrics.observe_request("shed", 503, time.perf_counter() - started, None)
             return
@@ -135,8 +135,9 @@ class RequestContext:
             self.metrics.observe_request(route, status, time.perf_counter() - started, scope.get(INFERENCE))
 
     @staticmethod
-    async def _shed(send: Send, rid: str, limit: int, closing: bool) -> None:
-        body = error_body(f"overloaded: {limit} requests are already in progress; retry later")
+    async def _shed(send: Send, rid: str, limit: int, closing: bool, path: str) -> None:
+        message = f"overloaded: {limit} requests are already in progress; retry later"
+        body = error_body_for(path, 503, message, reason="load_shed")
         headers = [*SHED_RESPONSE_HEADERS, (b"content-length", b"%d" % len(body)), (b"x-request-id", rid.encode())]
         if closing:
             headers.append(CLOSE)

@@ -24,6 +24,8 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from inferpool.engine import Handler, Schema
+from inferpool.service import openai_spec
+from inferpool.service.apierror import OPENAI_PREFIX
 from inferpool.service.errors import documented_error
 from inferpool.service.host import ModelHost
 from inferpool.service.middleware import MAX_REQUEST_ID
@@ -184,7 +186,9 @@ def model_aware_openapi(
         spec = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
         _declare_auth(spec, guarded, app.state.settings.api_key is not None)
         if current_schema() is not None:
-            _describe_models(spec, served_models(app))
+            served = served_models(app)
+            _describe_models(spec, served)
+            openai_spec.describe(spec, served, TIMEOUT)
             app.openapi_schema = spec
         _describe_answers(spec)
         _declare_headers(spec)
@@ -200,9 +204,11 @@ def _declare_auth(spec: dict[str, Any], guarded: Callable[[str], bool], keyed: b
     spec.setdefault("components", {})["securitySchemes"] = SECURITY_SCHEMES
     for path, operations in spec["paths"].items():
         if guarded(path):
+            openai = path.startswith(OPENAI_PREFIX)
             for operation in operations.values():
                 operation["security"] = [{"bearer": []}, {"apiKey": []}]
-                operation["responses"]["401"] = documented_error("Missing or wrong API key.")
+                refused = (openai_spec.openai_error if openai else documented_error)("Missing or wrong API key.")
+                operation["responses"]["401"] = refused
                 operation["responses"]["401"]["headers"] = {"WWW-Authenticate": {"schema": {"type": "string"}}}
 
 

@@ -12,7 +12,6 @@ from collections.abc import Iterable
 
 from starlette.types import Receive, Scope, Send
 
-from inferpool.service.apierror import error_body
 from inferpool.service.codec import Disconnected
 from inferpool.service.errors import ErrorAnswer, answer_for, unexpected
 from inferpool.service.host import ModelHost
@@ -39,10 +38,10 @@ async def send_answer(send: Send, status: int, body: bytes, content_type: bytes,
     await send({"type": "http.response.body", "body": body})
 
 
-async def send_error(send: Send, answer: ErrorAnswer) -> None:
-    """The same answer ``ErrorAnswer.response()`` gives, without building a Response."""
-    body = error_body(answer.message, input=answer.input)
-    await send_answer(send, answer.status, body, JSON, _encoded(answer.headers.items() if answer.headers else ()))
+async def send_error(send: Send, answer: ErrorAnswer, path: str) -> None:
+    """The same answer ``ErrorAnswer.response(path)`` gives, without building a Response."""
+    headers = _encoded(answer.headers.items() if answer.headers else ())
+    await send_answer(send, answer.status, answer.body(path), JSON, headers)
 
 
 def _encoded(headers: Iterable[tuple[str, str]]) -> RawHeaders:
@@ -72,6 +71,6 @@ class RawRoute:
         except Disconnected:
             return
         except Exception as exc:  # noqa: BLE001 -- unexpected() logs the traceback
-            await send_error(send, answer_for(exc, self.metrics) or unexpected(scope, self.metrics))
+            await send_error(send, answer_for(exc, self.metrics) or unexpected(scope, self.metrics), scope["path"])
             return
         await send_answer(send, 200, body, content_type, extra)

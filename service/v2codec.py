@@ -127,7 +127,7 @@ def _timeout_ms(parameters: Mapping[str, Any]) -> float | None:
     timeout_us = parameters.get("timeout")
     if timeout_us is None:
         return None
-    whole = _whole(timeout_us)
+    whole = whole_number(timeout_us)
     if whole is None or not 0 < whole <= UINT64_MAX:
         raise bad(f"parameter 'timeout' must be a positive integer of microseconds; got {timeout_us!r}")
     return whole / 1e3
@@ -146,14 +146,14 @@ def _dims(shape: object) -> list[int] | None:
         return None
     dims = []
     for value in shape:
-        dim = _whole(value)
+        dim = whole_number(value)
         if dim is None or dim < 0:
             return None
         dims.append(dim)
     return dims
 
 
-def _whole(value: object) -> int | None:
+def whole_number(value: object) -> int | None:
     """A JSON integer as JSON Schema counts them (4112 and 4112.0 alike: JSON has one number
     type, so the spec cannot tell them apart), else None; never a boolean."""
     if _is_int(value):
@@ -189,7 +189,7 @@ def _input(
     numel = math.prod(shape)
     raw = _object(tensor.get("parameters", {}), f"input '{name}' parameters").get("binary_data_size")
     if raw is not None:
-        size = _whole(raw)
+        size = whole_number(raw)
         if size is None or size != numel * dtype.itemsize:
             raise bad(
                 f"input '{name}': binary_data_size {raw!r} does not match shape {shape} of {datatype} "
@@ -239,7 +239,7 @@ def _bytes_input(
     raw = _object(tensor.get("parameters", {}), f"input '{name}' parameters").get("binary_data_size")
     items: list[object]
     if raw is not None:
-        size = _whole(raw)
+        size = whole_number(raw)
         if size is None or size < 0 or offset + size > len(body):
             raise bad(f"input '{name}': binary_data_size {raw!r} does not fit in the body")
         items = list(split_bytes(name, memoryview(body)[offset : offset + size]))

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from inferpool.engine.errors import InvalidInput, ModelLoadError
-from inferpool.engine.handlers import Handler
+from inferpool.engine.handlers import Handler, TextEmbedding, TokenIds
 from inferpool.engine.schema import Array
 from inferpool.engine.spec import ModelSpec
 
@@ -96,18 +96,43 @@ def _tokenizer() -> Any:
 
 
 def _tokenize(texts: Sequence[str]) -> tuple[Array, Array, Array]:
-    """(input_ids, attention_mask, tokens per text before padding and truncated flags)."""
+    """(input_ids, attention_mask, truncated flags), padded to a length bucket."""
     encodings = _tokenizer().encode_batch(list(texts))
-    lengths = [len(e.ids) for e in encodings]
-    width = next(b for b in BUCKETS if b >= max(lengths))  # lengths <= MAX_TOKENS == BUCKETS[-1]
-    ids = np.zeros((len(texts), width), dtype=np.int64)
-    mask = np.zeros((len(texts), width), dtype=np.int64)
-    truncated = np.zeros(len(texts), dtype=bool)
-    for row, (encoding, length) in enumerate(zip(encodings, lengths, strict=True)):
-        ids[row, :length] = encoding.ids
-        mask[row, :length] = 1
-        truncated[row] = bool(encoding.overflowing)
-    return ids, mask, truncated
+    ids, mask = _padded([e.ids for e in encodings])
+    return ids, mask, np.array([bool(e.overflowing) for e in encodings], dtype=bool)
+
+
+def _padded(sequences: Sequence[Sequence[int]]) -> tuple[Array, Array]:
+    """input_ids and attention_mask of token sequences (each 1..MAX_TOKENS long), zero-padded
+    to the smallest bucket that holds the longest."""
+    width = next(b for b in BUCKETS if b >= max(map(len, sequences)))  # MAX_TOKENS == BUCKETS[-1]
+    ids = np.zeros((len(sequences), width), dtype=np.int64)
+    mask = np.zeros((len(sequences), width), dtype=np.int64)
+    for row, sequence in enumerate(sequences):
+        ids[row, : len(sequence)] = sequence
+        mask[row, : len(sequence)] = 1
+    return ids, mask
+
+
+def _token_ids(given: TokenIds, vocabulary: int) -> tuple[Array, Array]:
+    """Token sequences as sent: checked, never cut (the caller chose them; cutting one would
+    drop its [SEP])."""
+    if not given.ids:
+        raise InvalidInput("send at least one list of token ids", input_name="input")
+    for index, sequence in enumerate(given.ids):
+        if not 0 < len(sequence) <= MAX_TOKENS:
+            raise InvalidInput(
+                f"token list {index} has {len(sequence)} tokens; send 1 to {MAX_TOKENS} (the model's limit, "
+                "[CLS] and [SEP] included)",
+                input_name="input",
+            )
+        bad = next((token for token in sequence if not 0 <= token < vocabulary), None)
+        if bad is not None:
+            raise InvalidInput(
+                f"token list {index} holds {bad}, which is not in the model's vocabulary (0 to {vocabulary - 1})",
+                input_name="input",
+            )
+    return _padded(given.ids)
 
 
 class _Context(NamedTuple):
@@ -122,9 +147,10 @@ _TEXTS: dict[str, Any] = {"oneOf": [_TEXT, {"type": "array", "minItems": 1, "ite
 
 class MiniLMHandler(Handler):
     """Text in (one string, a list of strings, or ``{"text": ...}``; v2: a ``BYTES`` input
-    ``text``), embeddings out: ``embedding`` (384 floats, unit length), ``truncated`` (the text
-    was longer than the model's 256 tokens and only its start was embedded) and ``tokens`` (the
-    tokens embedded, special ones included). One string in gives one of each, a list a list."""
+    ``text``; /v1/embeddings: a list of strings, or ``TokenIds``), embeddings out: ``embedding``
+    (384 floats, unit length), ``truncated`` (the text was longer than the model's 256 tokens and
+    only its start was embedded) and ``tokens`` (the tokens embedded, special ones included). One
+    string in gives one of each, a list a list."""
 
     request_schema: ClassVar[dict[str, Any]] = {
         "oneOf": [
@@ -154,15 +180,24 @@ class MiniLMHandler(Handler):
     ]
 
     def __init__(self) -> None:
-        _tokenizer()  # fail at load, not on the first request
+        tokenizer = _tokenizer()  # fail at load, not on the first request
+        # Token ids are this tokenizer's, whole sequences as `tokenizer.encode(text).ids` gives them.
+        self.text_embedding = TextEmbedding(
+            DIMENSIONS, token_ids=True, max_tokens=MAX_TOKENS, vocabulary=tokenizer.get_vocab_size()
+        )
 
     def samples(self, payload: object) -> int:
         value = payload.get("text") if isinstance(payload, Mapping) else payload
+        value = value.ids if isinstance(value, TokenIds) else value
         return len(value) if isinstance(value, list | np.ndarray) and len(value) else 1
 
     def preprocess(self, payload: object) -> tuple[dict[str, Array], object]:
-        texts, single = _texts(payload)
-        ids, mask, truncated = _tokenize(texts)
+        if isinstance(payload, TokenIds):
+            ids, mask = _token_ids(payload, _tokenizer().get_vocab_size())
+            single, truncated = False, np.zeros(len(ids), dtype=bool)
+        else:
+            texts, single = _texts(payload)
+            ids, mask, truncated = _tokenize(texts)
         return {"input_ids": ids, "attention_mask": mask}, _Context(single, truncated, mask.sum(1))
 
     def postprocess(self, outputs: Mapping[str, Array], context: object) -> dict[str, Array]:

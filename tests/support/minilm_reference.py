@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from functools import cache
+from typing import Any
 
 import numpy as np
 
@@ -17,8 +18,8 @@ LONG = len(SENTENCES) - 1
 
 
 @cache
-def reference() -> np.ndarray:
-    """sentence-transformers' own embeddings of SENTENCES, from the same packaged model, offline."""
+def sentence_transformer() -> Any:
+    """The packaged model loaded by sentence-transformers itself, offline."""
     import os
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -26,8 +27,21 @@ def reference() -> np.ndarray:
 
     from inferpool.engine.zoo.minilm import model_dir
 
-    model = SentenceTransformer(str(model_dir()), device="cpu")
-    return np.asarray(model.encode(SENTENCES, normalize_embeddings=True))
+    return SentenceTransformer(str(model_dir()), device="cpu")
+
+
+@cache
+def reference() -> np.ndarray:
+    """sentence-transformers' own embeddings of SENTENCES."""
+    return np.asarray(sentence_transformer().encode(SENTENCES, normalize_embeddings=True))
+
+
+def token_ids(texts: list[str]) -> list[list[int]]:
+    """Each text's token ids as sentence-transformers embeds it (special tokens in, cut at its
+    max_seq_length)."""
+    model = sentence_transformer()
+    encoded = model.tokenizer(texts, truncation=True, max_length=model.max_seq_length)
+    return [list(ids) for ids in encoded["input_ids"]]
 
 
 def cosines(got: object, want: np.ndarray) -> np.ndarray:

@@ -43,13 +43,25 @@ ONE_AND_MANY: dict[str, tuple[object, object]] = {
 }
 
 
+def _answer_schema(spec: dict, path: str, status: str = "200") -> dict:
+    return spec["paths"][path]["post"]["responses"][status]["content"]["application/json"]["schema"]
+
+
 def check_answers_conform(url: str, config: str, headers: dict[str, str]) -> None:
-    """Said outright, not left to the fuzzer's luck: both /predict answers fit the spec."""
+    """Said outright, not left to the fuzzer's luck: both /predict answers fit the spec, and so
+    do /v1/embeddings' in both encodings (MiniLM) or its 404 (no text-embedding model served)."""
     spec = httpx2.get(url + "/openapi.json", timeout=10).json()
-    schema = spec["paths"]["/predict"]["post"]["responses"]["200"]["content"]["application/json"]["schema"]
+    schema = _answer_schema(spec, "/predict")
     for inputs in ONE_AND_MANY[config]:
         answer = httpx2.post(url + "/predict", json={"inputs": inputs}, headers=headers, timeout=60)
         assert answer.status_code == 200, answer.text
+        jsonschema.validate(answer.json(), schema, cls=jsonschema.Draft202012Validator)
+    status = "200" if config == "minilm" else "404"
+    for encoding in ("float", "base64"):
+        body = {"model": config, "input": ["One sentence.", "Another one."], "encoding_format": encoding}
+        answer = httpx2.post(url + "/v1/embeddings", json=body, headers=headers, timeout=60)
+        assert answer.status_code == int(status), answer.text
+        schema = _answer_schema(spec, "/v1/embeddings", status)
         jsonschema.validate(answer.json(), schema, cls=jsonschema.Draft202012Validator)
 
 
@@ -84,4 +96,4 @@ def test_every_route_answers_within_its_spec(config, tmp_path, capsys, monkeypat
         print(f"\nschemathesis on {config}: {cases and cases[1]} cases over {tested and tested[1]} operations")
     assert run.returncode == 0, report[-20000:]
     assert tested is not None, report[-5000:]
-    assert int(tested[1]) >= 16, report[-5000:]
+    assert int(tested[1]) >= 19, report[-5000:]  # /v1/embeddings and /v1/models[/{model}] among them

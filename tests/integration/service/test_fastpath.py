@@ -173,7 +173,8 @@ def test_fast_path_matches_only_the_hot_routes(client):
     fast = client.app._fast
     assert isinstance(fast, FastPath)
     assert sorted(route.path for route, _ in fast.routes) == [
-        "/predict", "/predict/{name}", "/v2/models/{name}/infer", "/v2/models/{name}/versions/{version}/infer",
+        "/predict", "/predict/{name}", "/v1/embeddings", "/v2/models/{name}/infer",
+        "/v2/models/{name}/versions/{version}/infer",
     ]  # fmt: skip
     assert all(isinstance(route, APIRoute) for route, _ in fast.routes)
 
@@ -181,6 +182,8 @@ def test_fast_path_matches_only_the_hot_routes(client):
         return fast.match({"type": "http", "method": method, "path": path, "headers": []})
 
     assert matches("POST", "/predict")
+    assert matches("POST", "/v1/embeddings")
+    assert not matches("GET", "/v1/models")
     assert matches("POST", "/v2/models/a/versions/2/infer")
     assert not matches("GET", "/predict")
     assert not matches("POST", "/predict/")

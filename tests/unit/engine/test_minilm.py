@@ -7,9 +7,9 @@ import asyncio
 import numpy as np
 import pytest
 
-from inferpool.engine import InvalidInput, RuntimeOptions, ServedModel
-from inferpool.engine.zoo.minilm import BUCKETS, MAX_TOKENS, MiniLMHandler
-from tests.support.minilm_reference import LONG, SENTENCES, cosines, reference
+from inferpool.engine import InvalidInput, RuntimeOptions, ServedModel, TokenIds
+from inferpool.engine.zoo.minilm import BUCKETS, DIMENSIONS, MAX_TOKENS, MiniLMHandler
+from tests.support.minilm_reference import LONG, SENTENCES, cosines, reference, token_ids
 
 MODEL, HANDLER = "inferpool.engine.zoo.minilm:build", "inferpool.engine.zoo.minilm:MiniLMHandler"
 
@@ -47,6 +47,39 @@ def test_pads_to_the_smallest_length_bucket_and_reports_truncation(handler):
 def test_bad_text_is_invalid_input(handler, payload, message):
     with pytest.raises(InvalidInput, match=message):
         handler.preprocess(payload)
+
+
+def test_declares_a_text_embedding_that_takes_token_ids(handler):
+    declared = handler.text_embedding
+    assert (declared.dimensions, declared.embedding, declared.tokens) == (DIMENSIONS, "embedding", "tokens")
+    assert (declared.token_ids, declared.max_tokens, declared.vocabulary) == (True, MAX_TOKENS, 30522)
+
+
+def test_token_ids_make_the_same_tensors_as_their_text(handler):
+    ids = token_ids(SENTENCES)
+    from_ids, context = handler.preprocess(TokenIds(ids))
+    from_text, text_context = handler.preprocess(SENTENCES)
+    for name in ("input_ids", "attention_mask"):
+        np.testing.assert_array_equal(from_ids[name], from_text[name])
+    assert context.tokens.tolist() == text_context.tokens.tolist() == [len(each) for each in ids]
+    assert not context.single
+    assert not context.truncated.any()
+    assert handler.samples(TokenIds(ids)) == len(SENTENCES)
+
+
+@pytest.mark.parametrize(
+    ("ids", "message"),
+    [
+        ([], "at least one list"),
+        ([[101, 102], []], "token list 1 has 0 tokens"),
+        ([[101] * (MAX_TOKENS + 1)], f"has {MAX_TOKENS + 1} tokens; send 1 to {MAX_TOKENS}"),
+        ([[101, 30522, 102]], "holds 30522, which is not in the model's vocabulary"),
+        ([[101, -1, 102]], "holds -1"),
+    ],
+)
+def test_bad_token_ids_are_invalid_input(handler, ids, message):
+    with pytest.raises(InvalidInput, match=message):
+        handler.preprocess(TokenIds(ids))
 
 
 @pytest.fixture(scope="module", params=["eager", "onnxruntime"])

@@ -100,3 +100,17 @@ def test_a_stalled_upload_holds_no_place_at_the_door():
     assert other == 200
     assert stalled == 200
     assert activity.active == 0
+
+
+def test_a_shed_openai_request_gets_the_apis_error_object():
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        raise AssertionError("shed before the app")
+
+    activity = Activity()
+    activity.admit(1)
+    activity.active = 1
+    start, body = call(RequestContext(app, metrics=Metrics(), activity=activity), "/v1/embeddings")
+    assert start["status"] == 503
+    error = orjson.loads(body["body"])["error"]
+    assert (error["type"], error["code"], error["param"]) == ("server_error", "load_shed", None)
+    assert "1 requests are already in progress" in error["message"]
