@@ -59,7 +59,8 @@ def build() -> ModelSpec:
     model = ResNet50().eval()
     # Random BatchNorm statistics as well, so that no layer is an identity the compilers could fold away.
     for norm in (m for m in model.modules() if isinstance(m, nn.BatchNorm2d)):
-        assert norm.running_mean is not None and norm.running_var is not None  # track_running_stats
+        assert norm.running_mean is not None  # track_running_stats
+        assert norm.running_var is not None
         norm.running_mean.uniform_(-0.1, 0.1)
         norm.running_var.uniform_(0.5, 1.5)
     return ModelSpec(model, {"image": torch.zeros(1, 3, 224, 224)}, ("probabilities",), name="resnet50")

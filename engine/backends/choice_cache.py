@@ -52,6 +52,7 @@ def read_choice(path: Path, names: Sequence[str]) -> tuple[str, list[dict[str, o
 
 def write_choice(path: Path, chosen: str, table: list[dict[str, object]]) -> None:
     """Kept for the next start; a cache that cannot be written only costs that start its timing."""
+
     def produce(target: Path) -> None:
         target.write_text(json.dumps({"chosen": chosen, "candidates": table}))
 
