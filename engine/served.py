@@ -104,13 +104,15 @@ class ServedModel:
         (``load`` applied it already when the model is started in the process that loaded it)."""
         if forked:
             apply_thread_plan(self.plan)
-            if self.plan.intra_op_threads > 1 and self.runtimes.backend.threaded_artifact:
-                # The shared artifact's intra-op threads stayed in the parent (measured on an ORT
-                # session: a forked child's runs stay correct but use one thread), so this process
-                # builds its own, at the cost of its own copy of the weights.
-                self.runtimes.rebuild_artifact()
-                log.info("model %r: built this process's own %s artifact for %d intra-op threads",
-                         self.name, self.selection.name, self.plan.intra_op_threads)  # fmt: skip
+        if self.runtimes.backend.needs_own_artifact(self.runtimes.compiled, self.plan, forked=forked):
+            # A forked process: the shared artifact's threads stayed in the parent (measured on
+            # an ORT session: a child's runs stay correct but use one thread; on an OpenVINO
+            # model of two streams they hang), so this process builds its own, at the cost of
+            # its own copy of the weights. Or an artifact sized for fewer runtimes than the plan's.
+            self.runtimes.rebuild_artifact(self.plan.runtimes)
+            self.selection = replace(self.selection, compiled=self.runtimes.compiled)  # the old one goes
+            log.info("model %r: built this process's own %s artifact for %d intra-op threads (%d runtimes)",
+                     self.name, self.selection.name, self.plan.intra_op_threads, self.plan.runtimes)  # fmt: skip
         self.executor = EXECUTORS[self.dispatch_mode](self.pipeline, self._executor_config())
         self.accepting = True
 

@@ -10,6 +10,7 @@ from inferpool.engine.backends.parity import Tolerance
 from inferpool.engine.module import InferenceModule
 from inferpool.engine.options import RuntimeOptions
 from inferpool.engine.schema import Array
+from inferpool.engine.threads import ThreadPlan
 
 
 class Runtime(ABC):
@@ -49,6 +50,14 @@ class Runtime(ABC):
         package, an inference session) once per model; every runtime gets the same object,
         so its weights exist once. ``eager`` needs none."""
         return None
+
+    @classmethod
+    def needs_own_artifact(cls, compiled: Any, plan: ThreadPlan, *, forked: bool) -> bool:
+        """``ServedModel.start``: whether this process must build its own artifact for ``plan``
+        rather than serve the one it was loaded with (``forked``: inherited from the parent). By
+        default only a forked process whose plan wants intra-op threads the parent's artifact
+        left behind (``threaded_artifact``)."""
+        return forked and cls.threaded_artifact and plan.intra_op_threads > 1
 
     @abstractmethod
     def run(self, inputs: Mapping[str, Array]) -> dict[str, Array]: ...
