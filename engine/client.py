@@ -38,6 +38,8 @@ class ModelInfo:
     """For ``auto``: the table the backend was chosen from."""
     dispatch_selection: dict[str, Any] | None = None
     """For ``dispatch = "auto"``: the figures the executor was chosen from."""
+    precision_selection: dict[str, Any] | None = None
+    """For ``precision = "int8"``: the precision served and the accuracy gate's figures."""
 
     @property
     def threads(self) -> int:

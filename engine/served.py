@@ -330,7 +330,17 @@ class ServedModel:
             handler=self.handler,
             backend_selection=self.selection.report() if self.selection.trials else None,
             dispatch_selection=self.dispatch_selection,
+            precision_selection=self._precision_selection(),
         )
+
+    def _precision_selection(self) -> dict[str, Any] | None:
+        if self.options.precision == "fp32":
+            return None
+        # Imported here: the precision module (and the exporter it imports) only for int8 models.
+        from inferpool.engine.backends.precision import precision_choice
+
+        choice = precision_choice(self.module)
+        return None if choice is None else choice.report()
 
     def stats(self) -> ModelStats:
         pool = self.pool

@@ -31,8 +31,9 @@ from typing import Any
 import numpy as np
 
 from inferpool.engine.backends.base import Runtime
-from inferpool.engine.backends.onnx_export import ensure_export
+from inferpool.engine.backends.onnx_export import OnnxExport, ensure_export
 from inferpool.engine.backends.parity import Tolerance, eager_outputs, first_mismatch
+from inferpool.engine.backends.precision import check_source, serve_precision
 from inferpool.engine.errors import ModelLoadError, import_optional
 from inferpool.engine.module import InferenceModule
 from inferpool.engine.onnx_source import OnnxFile
@@ -78,12 +79,13 @@ def compile_config(streams: int, threads_per_stream: int) -> dict[str, Any]:
     }
 
 
-def model_file(module: InferenceModule, options: RuntimeOptions) -> tuple[Path | bytes, str]:
+def model_file(module: InferenceModule, options: RuntimeOptions) -> tuple[Path | bytes, str, OnnxExport | None]:
     """The ONNX model to compile: the source file itself, or the cached export of a torch model."""
     if isinstance(module.module, OnnxFile):
-        return module.module.path, str(module.module.path)
+        check_source(module, options)
+        return module.module.path, str(module.module.path), None
     exported = ensure_export(module, options)
-    return exported.model, exported.describe()
+    return exported.model, exported.describe(), exported
 
 
 def compile_file(
@@ -146,9 +148,17 @@ class OpenVinoRuntime(Runtime):
     @classmethod
     def compile(cls, module: InferenceModule, options: RuntimeOptions) -> CompiledOpenVino:
         require()  # before exporting, so that its absence is not taken for a bad export
-        model, where = model_file(module, options)
-        compiled = compile_file(module, model, where, streams_for(options), options.intra_op_threads)
+        model, where, exported = model_file(module, options)
+        streams = streams_for(options)
+        compiled = compile_file(module, model, where, streams, options.intra_op_threads)
         check_parity(module, compiled, cls.tolerance)
+        if exported is not None:
+            names = [s.name for s in module.schema.outputs]
+            compiled = serve_precision(
+                module, options, "openvino", exported, compiled,
+                load=lambda path: compile_file(module, path, str(path), streams, options.intra_op_threads),
+                run=lambda served, inputs: run_request(served.model.create_infer_request(), names, inputs),
+            )  # fmt: skip
         log.debug("model %r: openvino compiled %s with %d stream(s) x %d thread(s)",
                   module.name, where, compiled.streams, compiled.threads_per_stream)  # fmt: skip
         return compiled

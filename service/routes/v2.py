@@ -93,6 +93,7 @@ async def model_config(request: Request, name: str, version: str | None = None) 
             "capacity": info.capacity,
             "backend_selection": info.backend_selection,
             "dispatch_selection": info.dispatch_selection,
+            "precision_selection": info.precision_selection,
         }
     )
 
