@@ -188,6 +188,21 @@ def test_openvino_streams_after_a_fork_safe_load(tmp_path, images, reference):
             sent = [pool.submit(httpx2.post, server.url + "/predict", json={"inputs": images[i : i + 4].tolist()},
                                 timeout=30) for i in range(0, 16, 4)]  # fmt: skip
             responses = [future.result() for future in sent]
+        v2 = {
+            "inputs": [
+                {"name": "image", "shape": [3, 1, 8, 8], "datatype": "FP32", "data": images[:3].ravel().tolist()}
+            ]
+        }
+        answer = httpx2.post(server.url + "/v2/models/digits/infer", json=v2, timeout=30)
+        config = httpx2.get(server.url + "/v2/models/digits/config").json()
+    assert config["backend"] == "openvino"
+    assert answer.status_code == 200, answer.text
+    by_name = {o["name"]: o for o in answer.json()["outputs"]}
+    probabilities, labels = reference(images[:3])
+    np.testing.assert_allclose(
+        np.reshape(by_name["probabilities"]["data"], (3, 10)), probabilities, rtol=1e-4, atol=1e-5
+    )
+    assert by_name["label"]["data"] == labels.tolist()
     assert "built this process's own openvino artifact for 1 intra-op threads (2 runtimes)" in server.output()
     for i, response in zip(range(0, 16, 4), responses, strict=True):
         assert response.status_code == 200, response.text
