@@ -32,10 +32,16 @@ import numpy as np
 import torch
 
 from inferpool.engine.backends.base import Runtime
-from inferpool.engine.backends.onnx_export import KEY_METADATA, OnnxExport, Progress, ensure_export, require
+from inferpool.engine.backends.onnx_export import (
+    KEY_METADATA,
+    OnnxExport,
+    Progress,
+    ensure_export,
+    release_weights,
+    require,
+)
 from inferpool.engine.backends.parity import Tolerance, eager_outputs, first_mismatch
 from inferpool.engine.backends.precision import check_source, serve_precision
-from inferpool.engine.backends.weights import map_weights
 from inferpool.engine.compile_cache import cache_dir
 from inferpool.engine.errors import ModelLoadError
 from inferpool.engine.module import InferenceModule
@@ -45,7 +51,6 @@ from inferpool.engine.schema import Array
 from inferpool.engine.sources import load_model
 
 log = logging.getLogger(__name__)
-WEIGHTS_SUFFIX = ".weights.pt"
 
 
 @dataclass(frozen=True)
@@ -136,12 +141,7 @@ def _plain_session(module: InferenceModule, options: RuntimeOptions, path: Path)
 
 
 def _release(module: InferenceModule, exported: OnnxExport) -> bool:
-    if not isinstance(exported.model, Path):
-        return False  # an unwritable cache: no file to move the weights into
-    released = map_weights(module.module, exported.model.with_suffix(WEIGHTS_SUFFIX))
-    if released:
-        log.info("model %r: torch weights moved out of memory; onnxruntime serves it", module.name)
-    return released
+    return release_weights(module, exported, "onnxruntime")
 
 
 def _cached_in(exported: OnnxExport, options: RuntimeOptions) -> bool:

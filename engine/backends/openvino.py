@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from inferpool.engine.backends.base import Runtime
-from inferpool.engine.backends.onnx_export import OnnxExport, ensure_export
+from inferpool.engine.backends.onnx_export import OnnxExport, ensure_export, release_weights
 from inferpool.engine.backends.parity import Tolerance, eager_outputs, first_mismatch
 from inferpool.engine.backends.precision import check_source, serve_precision
 from inferpool.engine.errors import ModelLoadError, import_optional
@@ -159,6 +159,8 @@ class OpenVinoRuntime(Runtime):
                 load=lambda path: compile_file(module, path, str(path), streams, options.intra_op_threads),
                 run=lambda served, inputs: run_request(served.model.create_infer_request(), names, inputs),
             )  # fmt: skip
+            if options.backend == "openvino":  # named, it alone serves: the torch weights are a second copy
+                release_weights(module, exported, "openvino")
         log.debug("model %r: openvino compiled %s with %d stream(s) x %d thread(s)",
                   module.name, where, compiled.streams, compiled.threads_per_stream)  # fmt: skip
         return compiled

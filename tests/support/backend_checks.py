@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pytest
+
+from inferpool.engine.backends.onnx_export import WEIGHTS_SUFFIX
+from inferpool.engine.module import InferenceModule
 
 Reference = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
 
@@ -32,3 +36,15 @@ def hide_package(monkeypatch: pytest.MonkeyPatch, package: str) -> None:
         return real_import(name, parent)
 
     monkeypatch.setattr(importlib, "import_module", absent)
+
+
+def mapped(module: InferenceModule) -> bool:
+    """Every parameter lives in a mapping of the cache's weights file (the torch copy released)."""
+    spans = []
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        fields = line.split(maxsplit=5)
+        if len(fields) == 6 and fields[5].endswith(WEIGHTS_SUFFIX):
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            spans.append((start, end))
+    pointers = [p.untyped_storage().data_ptr() for p in module.module.parameters()]
+    return all(any(a <= ptr < b for a, b in spans) for ptr in pointers)

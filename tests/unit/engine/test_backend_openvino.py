@@ -11,8 +11,9 @@ import torch
 from inferpool.engine import BACKENDS, InferenceModule, ModelLoadError, RuntimeOptions, ServedModel, load_model
 from inferpool.engine.backends.openvino import CompiledOpenVino, OpenVinoRuntime
 from inferpool.engine.threads import ThreadPlan
+from inferpool.engine.zoo.digits import build as build_digits
 from inferpool.engine.zoo.mlp import build as build_mlp
-from tests.support.backend_checks import check_digits, hide_package
+from tests.support.backend_checks import check_digits, hide_package, mapped
 
 openvino = pytest.importorskip("openvino")
 pytest.importorskip("onnxscript")
@@ -158,3 +159,14 @@ def test_missing_package_says_how_to_install_it(digits_module, options, monkeypa
     hide_package(monkeypatch, "openvino")
     with pytest.raises(ModelLoadError, match=r"pip install 'inferpool\[openvino\]'"):
         OpenVinoRuntime.compile(digits_module, options)
+
+
+def test_named_it_moves_the_torch_weights_out_of_memory(tmp_path, images, reference):
+    module = InferenceModule.from_spec(build_digits())  # its own: the shared fixture keeps its weights
+    options = RuntimeOptions(backend="openvino", compile_cache_dir=str(tmp_path))
+    compiled = OpenVinoRuntime.compile(module, options)
+    assert mapped(module)
+    check(OpenVinoRuntime(module, options, compiled).run({"image": images[:4]}), images[:4], reference)
+    auto = InferenceModule.from_spec(build_digits())
+    OpenVinoRuntime.compile(auto, RuntimeOptions(compile_cache_dir=str(tmp_path)))  # a candidate: kept
+    assert not mapped(auto)
