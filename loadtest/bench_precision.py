@@ -8,7 +8,8 @@ hits them alike; the figure is the median over rounds of items per second. ``thr
 ``intra_op_threads`` (torch's for eager). int8 rows are built with the gate's threshold at -1,
 so that they are timed even when int8 fails the gate; the gate's min / mean cosine (at the
 default threshold 0.99: pass or FAIL) are printed beside them. MiniLM's gate inputs are varied
-texts (``TEXTS``), tokenized as its handler does; the others use the default gate inputs.
+texts (``inferpool.engine.zoo.minilm.HELD_OUT_TEXTS``), tokenized as its handler does; the
+others use the default gate inputs.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import time
 from importlib.util import find_spec
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from inferpool.engine import BACKENDS, InferenceModule, RuntimeOptions, load_model
@@ -33,24 +33,6 @@ MODELS = {
     "mlp": "inferpool.engine.zoo.mlp:build",
     "minilm": "inferpool.engine.zoo.minilm:build",
 }
-TEXTS = [
-    "Hi.",
-    "The quick brown fox jumps over the lazy dog.",
-    "Where is the nearest train station?",
-    "Quarterly revenue rose 12 percent on strong cloud demand.",
-    "I did not like this film at all; the plot made no sense.",
-    "Photosynthesis converts light energy into chemical energy.",
-    "Can you recommend a good book about the history of Rome?",
-    "The patient was given 5 mg of the drug twice daily.",
-    "Serving a transformer on CPUs is mostly a question of batching and thread budgets.",
-    "def add(a, b): return a + b",
-    "Il pleut beaucoup à Paris en novembre.",
-    "Winners are announced on Friday; tickets go on sale next week.",
-    "A cat sat on the mat.",
-    "How do I reset my password if I lost access to my email?",
-    "The committee postponed the vote until the budget report is published.",
-    "Stocks fell sharply after the central bank raised interest rates.",
-]
 
 
 def configs() -> list[tuple[str, str, str]]:
@@ -65,12 +47,9 @@ def configs() -> list[tuple[str, str, str]]:
 
 
 def minilm_gate_file(directory: Path) -> str:
-    from inferpool.engine.zoo.minilm import _tokenize
+    from inferpool.engine.zoo.minilm import write_held_out
 
-    ids, mask, _ = _tokenize(TEXTS)
-    path = directory / "minilm-gate.npz"
-    np.savez(path, input_ids=ids, attention_mask=mask)
-    return str(path)
+    return str(write_held_out(directory / "minilm-gate.npz"))
 
 
 def items_per_second(runtime: Runtime, inputs: dict[str, Array], seconds: float) -> float:
