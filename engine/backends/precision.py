@@ -107,13 +107,16 @@ def precision_choice(module: InferenceModule) -> PrecisionChoice | None:
     return _choices.get(module.module)
 
 
-def quantized(module: InferenceModule, options: RuntimeOptions, exported: OnnxExport) -> Path:
-    """The cached int8 file of ``exported``, quantized now if absent."""
+def quantized(
+    module: InferenceModule, options: RuntimeOptions, exported: OnnxExport, *, rebuild: bool = False
+) -> tuple[Path, bool]:
+    """The cached int8 file of ``exported``, quantized now if absent (or ``rebuild``), and
+    whether it was quantized now."""
     quantization = require("onnxruntime.quantization")
     key = content_key([exported.key, QUANTIZER, require("onnxruntime").__version__])
     path = artifact_path(cache_dir(options.compile_cache_dir), module.name, key, SUFFIX)
-    if path.is_file():
-        return path
+    if path.is_file() and not rebuild:
+        return path, False
     model = exported.model  # bytes: an unwritable cache, the export in memory
     source = require("onnx").load_from_string(model) if isinstance(model, bytes) else str(model)
 
@@ -127,7 +130,22 @@ def quantized(module: InferenceModule, options: RuntimeOptions, exported: OnnxEx
     except Exception as exc:
         raise ModelLoadError(f"cannot quantize model {module.name!r} to int8: {exc}; use precision 'fp32'") from exc
     log.info("model %r: quantized to int8 -> %s", module.name, path)
-    return path
+    return path, True
+
+
+def _load_int8(
+    module: InferenceModule, options: RuntimeOptions, exported: OnnxExport, load: Callable[[Path], Artifact]
+) -> tuple[Path, Artifact]:
+    """The int8 file and its artifact; a cached file that does not load is quantized again."""
+    path, fresh = quantized(module, options, exported)
+    try:
+        return path, load(path)
+    except ModelLoadError as exc:
+        if fresh:
+            raise
+        log.warning("the cached int8 file %s is unusable, quantizing %r again: %s", path, module.name, exc)
+    path, _ = quantized(module, options, exported, rebuild=True)
+    return path, load(path)
 
 
 def gate_inputs(module: InferenceModule, options: RuntimeOptions) -> tuple[list[dict[str, Array]], str]:
@@ -180,9 +198,10 @@ def _figures_path(path: Path) -> Path:
     return path.with_name(path.name.removesuffix(SUFFIX) + ".gate.json")
 
 
-def _inputs_key(batches: Sequence[Mapping[str, Array]], backend: str) -> str:
+def _inputs_key(path: Path, batches: Sequence[Mapping[str, Array]], backend: str) -> str:
+    """Figures hold for this very file (its bytes), these inputs and this backend."""
     arrays = [np.ascontiguousarray(a).tobytes() for batch in batches for a in batch.values()]
-    return content_key([backend, *arrays])
+    return content_key([backend, path.read_bytes(), *arrays])
 
 
 def _cached_figures(path: Path, key: str) -> GateFigures | None:
@@ -229,10 +248,12 @@ def serve_precision(
         _choices.pop(module.module, None)
         return fp32
     check_source(module, options)
-    path = quantized(module, options, exported)
-    int8 = load(path)
+    try:
+        path, int8 = _load_int8(module, options, exported, load)
+    except ModelLoadError as exc:
+        return _fp32_instead(module, options, f"model {module.name!r}: int8 is unavailable: {exc}", None, fp32)
     batches, described = gate_inputs(module, options)
-    key = _inputs_key(batches, backend)
+    key = _inputs_key(path, batches, backend)
     figures = _cached_figures(path, key)
     if figures is None:
         batched = all(spec.batched for spec in module.schema.inputs)
@@ -243,7 +264,14 @@ def serve_precision(
         log.info("model %r: serving int8 (%s): %s", module.name, backend, gate.describe())
         _choices[module.module] = PrecisionChoice("int8", "int8", gate)
         return int8
-    message = f"model {module.name!r}: int8 fails the accuracy gate: {gate.describe()}"
+    return _fp32_instead(module, options, f"model {module.name!r}: int8 fails the accuracy gate: {gate.describe()}",
+                         gate, fp32)  # fmt: skip
+
+
+def _fp32_instead(
+    module: InferenceModule, options: RuntimeOptions, message: str, gate: Gate | None, fp32: Artifact
+) -> Artifact:
+    """int8 was asked and cannot be served: fp32 with a warning, or refused (``precision_strict``)."""
     if options.precision_strict:
         raise ModelLoadError(
             f"{message}; precision_strict refuses to serve it: use precision 'fp32', or lower accuracy_min_cosine"

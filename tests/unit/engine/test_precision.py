@@ -171,3 +171,18 @@ def test_gate_figures_per_item():
     assert figures.mean_cosine == pytest.approx((1 + np.sqrt(0.5)) / 2)
     assert figures.max_abs_diff == 1.0
     assert figures.agreement == 0.5
+
+
+def test_a_corrupt_cached_int8_file_is_quantized_again(good, tmp_path, caplog):
+    options = int8("onnxruntime", tmp_path)
+    BACKENDS["onnxruntime"].compile(good, options)
+    (quantized,) = tmp_path.glob("good-*.int8.onnx")
+    whole = quantized.read_bytes()
+    quantized.write_bytes(whole[: len(whole) // 2])
+    with caplog.at_level(logging.WARNING):
+        BACKENDS["onnxruntime"].compile(good, options)
+    assert f"the cached int8 file {quantized} is unusable" in caplog.text
+    choice = precision_choice(good)
+    assert choice is not None
+    assert choice.served == "int8"
+    assert quantized.stat().st_size == len(whole)
