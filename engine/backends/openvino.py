@@ -22,6 +22,7 @@ its plan wants more (``needs_own_artifact``), as onnxruntime does for more intra
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -29,9 +30,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from inferpool.engine.backends.base import Runtime
-from inferpool.engine.backends.onnx_export import OnnxExport, ensure_export, release_weights
+from inferpool.engine.backends.onnx_export import OnnxExport, ensure_export
+from inferpool.engine.backends.onnx_export import release_weights as release_into_cache
 from inferpool.engine.backends.parity import Tolerance, eager_outputs, first_mismatch
 from inferpool.engine.backends.precision import check_source, serve_precision
 from inferpool.engine.errors import ModelLoadError, import_optional
@@ -42,6 +45,8 @@ from inferpool.engine.schema import Array
 from inferpool.engine.threads import ThreadPlan
 
 log = logging.getLogger(__name__)
+_exports: weakref.WeakKeyDictionary[torch.nn.Module, OnnxExport] = weakref.WeakKeyDictionary()
+"""The export each torch model was last compiled from, for ``release_weights``."""
 INSTALL_HINT = "pip install 'inferpool[openvino]'"
 DEVICE = "CPU"
 
@@ -159,11 +164,19 @@ class OpenVinoRuntime(Runtime):
                 load=lambda path: compile_file(module, path, str(path), streams, options.intra_op_threads),
                 run=lambda served, inputs: run_request(served.model.create_infer_request(), names, inputs),
             )  # fmt: skip
+            _exports[module.module] = exported
             if options.backend == "openvino":  # named, it alone serves: the torch weights are a second copy
-                release_weights(module, exported, "openvino")
+                release_into_cache(module, exported, "openvino")
         log.debug("model %r: openvino compiled %s with %d stream(s) x %d thread(s)",
                   module.name, where, compiled.streams, compiled.threads_per_stream)  # fmt: skip
         return compiled
+
+    @classmethod
+    def release_weights(cls, module: InferenceModule) -> None:
+        """``auto`` chose this backend: the torch weights leave memory (as when it is named)."""
+        exported = _exports.get(module.module)
+        if exported is not None:
+            release_into_cache(module, exported, "openvino")
 
     @classmethod
     def needs_own_artifact(cls, compiled: Any, plan: ThreadPlan, *, forked: bool) -> bool:

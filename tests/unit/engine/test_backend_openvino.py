@@ -170,3 +170,5 @@ def test_named_it_moves_the_torch_weights_out_of_memory(tmp_path, images, refere
     auto = InferenceModule.from_spec(build_digits())
     OpenVinoRuntime.compile(auto, RuntimeOptions(compile_cache_dir=str(tmp_path)))  # a candidate: kept
     assert not mapped(auto)
+    OpenVinoRuntime.release_weights(auto)  # auto chose it
+    assert mapped(auto)
