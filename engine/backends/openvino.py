@@ -133,7 +133,9 @@ def check_parity(module: InferenceModule, compiled: CompiledOpenVino, tolerance:
 
 def streams_for(options: RuntimeOptions) -> int:
     """One stream per runtime: ``num_runtimes`` when fixed, else one until the plan is known
-    (``ServedModel.start`` rebuilds for its plan, see ``needs_own_artifact``)."""
+    (``ServedModel.start`` rebuilds for its plan, see ``needs_own_artifact``). One is what the
+    supervisor's fork-safe load wants; a model loaded and started in one process with an
+    automatic plan of several runtimes is therefore compiled twice at start."""
     return max(1, options.num_runtimes)
 
 
