@@ -29,18 +29,21 @@ from inferpool.engine.threads import apply_loading_plan
 from inferpool.service.host import plans
 
 AOTI, ONNX = "aoti", "onnxruntime"
+ONNX_READERS = (ONNX, "openvino")
+"""Backends that serve the ONNX export (openvino compiles the file onnxruntime's export caches)."""
 Progress = Callable[[str], None]
 
 
 def artifacts(options: RuntimeOptions) -> tuple[str, ...]:
-    """What serving with ``options`` reads from the cache: the ONNX export for ``onnxruntime``,
-    and for ``auto`` when it is a candidate (it is by default); AOTInductor packages for
+    """What serving with ``options`` reads from the cache: the ONNX export for ``onnxruntime`` and
+    ``openvino``, and for ``auto`` when one is a candidate (onnxruntime is by default); AOTInductor packages for
     ``aoti`` or an ``auto`` that lists it. Any other backend caches nothing, so it gets the
     AOTInductor packages, to serve with ``--runtime.backend aoti`` (what compile always did)."""
     if options.backend == "auto":
         candidates = options.auto_backends or AUTO_CANDIDATES
-        return tuple(kind for kind in (ONNX, AOTI) if kind in candidates)
-    return (ONNX,) if options.backend == ONNX else (AOTI,)
+        onnx = (ONNX,) if any(name in candidates for name in ONNX_READERS) else ()
+        return onnx + ((AOTI,) if AOTI in candidates else ())
+    return (ONNX,) if options.backend in ONNX_READERS else (AOTI,)
 
 
 def _aoti(source: str, options: RuntimeOptions, progress: Progress) -> None:

@@ -40,6 +40,8 @@ class ModelInfo:
     """For ``dispatch = "auto"``: the figures the executor was chosen from."""
     wide_selection: dict[str, Any] | None = None
     """Whether a call running alone in the pod uses every core, and the figures it was chosen from."""
+    precision_selection: dict[str, Any] | None = None
+    """For ``precision = "int8"``: the precision served and the accuracy gate's figures."""
 
     @property
     def threads(self) -> int:

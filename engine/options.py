@@ -17,6 +17,8 @@ AUTO_CANDIDATES = ("eager", "static", "onnxruntime")
 """``auto``'s candidates when ``auto_backends`` is (): the ones that compile in about a second
 or less. aoti (tens of seconds on a first compile) and torchscript (deprecated upstream, warns)
 are timed only when listed."""
+PRECISIONS = ("fp32", "int8")
+INT8_BACKENDS = ("onnxruntime", "openvino")
 REMOVED = {
     "inline_below_us": "dispatch='auto' no longer compares the call's duration with a fixed threshold: it "
     "measures how long the call holds the GIL and what a hand-off to a worker thread costs "
@@ -172,6 +174,30 @@ class RuntimeOptions:
     them timed too, or set ``backend`` to the winner once you know it. Ignored unless
     ``backend`` is ``auto``."""
 
+    precision: str = "fp32"
+    """``fp32``, or ``int8`` (backends ``onnxruntime`` and ``openvino``, named, not ``auto``): the
+    model's ONNX export quantized (dynamic int8 on MatMul/Gemm; convolutions stay fp32, where int8
+    measured slower) and served only if it passes an accuracy gate against fp32 on held-out
+    inputs (``accuracy_min_cosine``, ``accuracy_min_agreement``, ``accuracy_inputs``). One that
+    fails is served in fp32 with a warning naming the measured figure, or refused with
+    ``precision_strict``. The gate's figures are served at ``/v2/models/{name}/config`` and cached
+    with the quantized file (engine/backends/precision.py)."""
+
+    precision_strict: bool = False
+    """``precision = "int8"``: refuse to start when int8 fails the gate, instead of serving fp32."""
+
+    accuracy_min_cosine: float = 0.99
+    """The int8 gate: the least cosine similarity between an int8 output item (a row of a batched
+    output) and its fp32 counterpart, for every item."""
+
+    accuracy_min_agreement: float = 0.99
+    """The int8 gate: the least share of items whose integer outputs (labels) equal fp32's."""
+
+    accuracy_inputs: str = ""
+    """The int8 gate's held-out inputs: an ``.npz`` of arrays named as the model's inputs (a batch
+    of varied, real inputs: for a text model, tokenized texts); "" = the example inputs and
+    seeded random variations of their float inputs (integer inputs, token ids, stay as they are)."""
+
     @model_validator(mode="before")
     @classmethod
     def _removed(cls, data: Any) -> Any:
@@ -214,6 +240,13 @@ class RuntimeOptions:
                 set(self.auto_backends) <= set(BACKENDS) and len(set(self.auto_backends)) == len(self.auto_backends),
                 f"use names from {sorted(BACKENDS)}, each once, or () for {list(AUTO_CANDIDATES)}",
             )
+        checks["precision"] = (
+            self.precision in PRECISIONS and (self.precision == "fp32" or self.backend in INT8_BACKENDS),
+            f"use one of {list(PRECISIONS)}; int8 needs backend {' or '.join(map(repr, INT8_BACKENDS))}, named "
+            "(auto compares backends with eager at each one's float tolerance, which int8 is not within)",
+        )
+        checks["accuracy_min_cosine"] = (-1 <= self.accuracy_min_cosine <= 1, "use a cosine between -1 and 1")
+        checks["accuracy_min_agreement"] = (0 <= self.accuracy_min_agreement <= 1, "use a share between 0 and 1")
         if self.max_batch_size > 1 and self.dispatch == "inline":
             fix = "batching runs on worker threads: use 'threads' or 'auto', or max_batch_size=1"
             checks["dispatch"] = (False, fix)

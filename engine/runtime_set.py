@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from inferpool.engine.backends.base import Runtime
@@ -82,9 +83,10 @@ class RuntimeSet:
         runtimes += [self._fresh() for _ in range(size - len(runtimes))]
         self.pool = RuntimePool(runtimes, timeout=self.options.borrow_timeout)
 
-    def rebuild_artifact(self) -> None:
-        """A new artifact of this process's own, and runtimes on it (see ServedModel.start)."""
-        self.compiled = self.backend.compile(self.module, self.options)
+    def rebuild_artifact(self, runtimes: int) -> None:
+        """A new artifact of this process's own for ``runtimes`` runtimes (a backend that sizes its
+        artifact by them reads ``num_runtimes``), and runtimes on it (see ServedModel.start)."""
+        self.compiled = self.backend.compile(self.module, replace(self.options, num_runtimes=runtimes))
         self.pool = self._warm_pool(self.pool.size)
 
     def _fresh(self) -> Runtime:

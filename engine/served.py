@@ -115,18 +115,20 @@ class ServedModel:
         backend = self.runtimes.backend
         if forked:
             apply_thread_plan(self.plan)
-            if self.plan.intra_op_threads > 1 and self.runtimes.backend.threaded_artifact:
-                # The shared artifact's intra-op threads stayed in the parent (measured on an ORT
-                # session: a forked child's runs stay correct but use one thread), so this process
-                # builds its own, at the cost of its own copy of the weights.
-                self.runtimes.rebuild_artifact()
-                log.info("model %r: built this process's own %s artifact for %d intra-op threads",
-                         self.name, self.selection.name, self.plan.intra_op_threads)  # fmt: skip
-            if self.wide_choice.enabled:
-                choice = self.wide_choice
-                self.runtimes.wide = build_lane(backend, self.module, self.options, choice.threads, choice.min_rows)
-                log.info("model %r: a call alone in the pod runs on %d threads (%s)",
-                         self.name, self.wide_choice.threads, self.wide_choice.reason)  # fmt: skip
+        if self.runtimes.backend.needs_own_artifact(self.runtimes.compiled, self.plan, forked=forked):
+            # A forked process: the shared artifact's threads stayed in the parent (measured on
+            # an ORT session: a child's runs stay correct but use one thread; on an OpenVINO
+            # model of two streams they hang), so this process builds its own, at the cost of
+            # its own copy of the weights. Or an artifact sized for fewer runtimes than the plan's.
+            self.runtimes.rebuild_artifact(self.plan.runtimes)
+            self.selection = replace(self.selection, compiled=self.runtimes.compiled)  # the old one goes
+            log.info("model %r: built this process's own %s artifact for %d intra-op threads (%d runtimes)",
+                     self.name, self.selection.name, self.plan.intra_op_threads, self.plan.runtimes)  # fmt: skip
+        if forked and self.wide_choice.enabled:
+            choice = self.wide_choice
+            self.runtimes.wide = build_lane(backend, self.module, self.options, choice.threads, choice.min_rows)
+            log.info("model %r: a call alone in the pod runs on %d threads (%s)",
+                     self.name, choice.threads, choice.reason)  # fmt: skip
         self.executor = EXECUTORS[self.dispatch_mode](self.pipeline, self._executor_config())
         self.accepting = True
 
@@ -347,7 +349,17 @@ class ServedModel:
             backend_selection=self.selection.report() if self.selection.trials else None,
             dispatch_selection=self.dispatch_selection,
             wide_selection=self.wide_choice.report(),
+            precision_selection=self._precision_selection(),
         )
+
+    def _precision_selection(self) -> dict[str, Any] | None:
+        if self.options.precision == "fp32":
+            return None
+        # Imported here: the precision module (and the exporter it imports) only for int8 models.
+        from inferpool.engine.backends.precision import precision_choice
+
+        choice = precision_choice(self.module)
+        return None if choice is None else choice.report()
 
     def stats(self) -> ModelStats:
         pool = self.pool

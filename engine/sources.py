@@ -103,8 +103,9 @@ SOURCES: dict[str, Callable[[str], ModelSpec]] = {
     "factory": load_factory,
 }
 ARCHIVE_SUFFIXES = {".pt2": "export", ".ts": "torchscript", ".torchscript": "torchscript", ".onnx": "onnx"}
-SOURCE_BACKENDS = {"onnx": "onnxruntime"}
-"""Source kinds only one backend serves: an ONNX file has no torch module to compile or time."""
+SOURCE_BACKENDS = {"onnx": ("onnxruntime", "openvino")}
+"""Source kinds only some backends serve, the first under ``auto``: an ONNX file has no torch
+module to compile or time."""
 
 
 def source_kind(source: str) -> str:
@@ -117,19 +118,25 @@ def load_model(source: str) -> ModelSpec:
 
 
 def required_backend(source: str) -> str | None:
-    """The one backend that serves ``source``, if only one does."""
+    """The backend that serves ``source`` under ``auto``, if only some do."""
+    allowed = SOURCE_BACKENDS.get(source_kind(source))
+    return allowed[0] if allowed else None
+
+
+def allowed_backends(source: str) -> tuple[str, ...] | None:
+    """The backends that can serve ``source``, or None when any can."""
     return SOURCE_BACKENDS.get(source_kind(source))
 
 
 def serving_options(source: str, options: RuntimeOptions) -> RuntimeOptions:
-    """``options`` for the model from ``source``: a source only one backend serves gets it in
-    place of ``auto``; ConfigError when ``options`` name another."""
-    required = required_backend(source)
-    if required is None or options.backend == required:
+    """``options`` for the model from ``source``: a source only some backends serve gets the
+    first in place of ``auto``; ConfigError when ``options`` name another."""
+    allowed = allowed_backends(source)
+    if allowed is None or options.backend in allowed:
         return options
     if options.backend != "auto":
         raise ConfigError(
-            f"{source!r} is served by backend {required!r} only, not {options.backend!r}: set runtime.backend to "
-            f"{required!r} (or 'auto') for it"
+            f"{source!r} is served by backend {' or '.join(map(repr, allowed))} only, not {options.backend!r}: set "
+            f"runtime.backend to one of them (or 'auto' for {allowed[0]!r}) for it"
         )
-    return dataclasses.replace(options, backend=required)
+    return dataclasses.replace(options, backend=allowed[0])

@@ -144,6 +144,8 @@ def choose(
     if options.intra_op_threads > 1 or cpus <= 1:
         reason = "intra_op_threads is set" if options.intra_op_threads > 1 else "one usable CPU"
         return WideChoice(cpus, False, reason), None
+    if options.precision != "fp32":  # the wide artifact is built from the fp32 export
+        return WideChoice(cpus, False, f"precision {options.precision} serves no wide artifact yet"), None
     if not backend.wide_artifact_supported:
         return WideChoice(cpus, False, f"backend {backend.__name__} builds no wide artifact"), None
     refusal = lane_memory_refusal(module, processes, usable_memory_bytes())

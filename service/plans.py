@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from inferpool.config import Settings
 from inferpool.engine import ConfigError, RuntimeOptions
-from inferpool.engine.sources import required_backend
+from inferpool.engine.sources import allowed_backends
 from inferpool.engine.threads import serving_processes, usable_cpus
 from inferpool.service.budget import pool_plans
 from inferpool.service.repository import ModelFolder, scan
@@ -69,8 +69,10 @@ def repository_plans(settings: Settings, folders: dict[str, ModelFolder]) -> lis
 def _default_runtime(source: str, runtime: RuntimeOptions) -> RuntimeOptions:
     """The server's runtime options for a version without its own; a source only one backend
     serves (an ONNX file) gets that backend, whichever the server's default is."""
-    required = required_backend(source)
-    return runtime if required is None else dataclasses.replace(runtime, backend=required)
+    allowed = allowed_backends(source)
+    if allowed is None or runtime.backend in allowed:
+        return runtime
+    return dataclasses.replace(runtime, backend=allowed[0])
 
 
 def startup_plans(settings: Settings) -> list[ModelPlan]:

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 BACKEND_PATHS = {
     "eager": "inferpool.engine.backends.eager:EagerRuntime",
     "onnxruntime": "inferpool.engine.backends.onnxruntime:OnnxRuntime",
+    "openvino": "inferpool.engine.backends.openvino:OpenVinoRuntime",
     "torchscript": "inferpool.engine.backends.torchscript:TorchScriptRuntime",
     "aoti": "inferpool.engine.backends.aoti:AotiRuntime",
     "static": "inferpool.engine.backends.static:StaticRuntime",

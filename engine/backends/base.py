@@ -10,6 +10,7 @@ from inferpool.engine.backends.parity import Tolerance
 from inferpool.engine.module import InferenceModule
 from inferpool.engine.options import RuntimeOptions
 from inferpool.engine.schema import Array
+from inferpool.engine.threads import ThreadPlan
 
 
 class Runtime(ABC):
@@ -58,6 +59,14 @@ class Runtime(ABC):
     def wide_artifact(cls, module: InferenceModule, options: RuntimeOptions, threads: int) -> Any:
         """The shared artifact again, built to run one call on ``threads`` intra-op threads."""
         raise NotImplementedError(f"{cls.__name__} builds no wide artifact")
+
+    @classmethod
+    def needs_own_artifact(cls, compiled: Any, plan: ThreadPlan, *, forked: bool) -> bool:
+        """``ServedModel.start``: whether this process must build its own artifact for ``plan``
+        rather than serve the one it was loaded with (``forked``: inherited from the parent). By
+        default only a forked process whose plan wants intra-op threads the parent's artifact
+        left behind (``threaded_artifact``)."""
+        return forked and cls.threaded_artifact and plan.intra_op_threads > 1
 
     @abstractmethod
     def run(self, inputs: Mapping[str, Array]) -> dict[str, Array]: ...

@@ -39,6 +39,7 @@ import numpy as np
 import torch
 
 from inferpool.engine.backends import unfaulted
+from inferpool.engine.backends.weights import map_weights
 from inferpool.engine.compile_cache import (
     artifact_path,
     cache_dir,
@@ -57,6 +58,7 @@ log = logging.getLogger(__name__)
 Progress = Callable[[str], None]
 INSTALL_HINT = "pip install 'inferpool[onnx]'"
 SUFFIX = ".onnx"
+WEIGHTS_SUFFIX = ".weights.pt"
 KEY_METADATA = "inferpool.cache_key"
 OPTIMIZE = True
 """``torch.onnx.export(optimize=...)``, part of the key: it folds the shape arithmetic the
@@ -88,6 +90,17 @@ class OnnxExport:
 
     def describe(self) -> str:
         return str(self.model) if isinstance(self.model, Path) else "the in-memory export"
+
+
+def release_weights(module: InferenceModule, exported: OnnxExport, backend: str) -> bool:
+    """Move the torch weights of a model ``backend`` alone serves from ``exported`` out of memory,
+    into a mapped file beside the export (inferpool.engine.backends.weights)."""
+    if not isinstance(exported.model, Path):
+        return False  # an unwritable cache: no file to move the weights into
+    released = map_weights(module.module, exported.model.with_suffix(WEIGHTS_SUFFIX))
+    if released:
+        log.info("model %r: torch weights moved out of memory; %s serves it", module.name, backend)
+    return released
 
 
 @contextmanager

@@ -32,9 +32,16 @@ import numpy as np
 import torch
 
 from inferpool.engine.backends.base import Runtime
-from inferpool.engine.backends.onnx_export import KEY_METADATA, OnnxExport, Progress, ensure_export, require
+from inferpool.engine.backends.onnx_export import (
+    KEY_METADATA,
+    OnnxExport,
+    Progress,
+    ensure_export,
+    release_weights,
+    require,
+)
 from inferpool.engine.backends.parity import Tolerance, eager_outputs, first_mismatch
-from inferpool.engine.backends.weights import map_weights
+from inferpool.engine.backends.precision import check_source, serve_precision
 from inferpool.engine.compile_cache import cache_dir
 from inferpool.engine.errors import ModelLoadError
 from inferpool.engine.module import InferenceModule
@@ -44,7 +51,6 @@ from inferpool.engine.schema import Array
 from inferpool.engine.sources import load_model
 
 log = logging.getLogger(__name__)
-WEIGHTS_SUFFIX = ".weights.pt"
 
 
 @dataclass(frozen=True)
@@ -124,13 +130,18 @@ def _checked_session(
     return session
 
 
+def _plain_session(module: InferenceModule, options: RuntimeOptions, path: Path) -> Any:
+    """A session on a derived file (the int8 one), which the accuracy gate checks instead of parity."""
+    try:
+        return require("onnxruntime").InferenceSession(
+            str(path), session_options(options), providers=["CPUExecutionProvider"]
+        )
+    except Exception as exc:
+        raise ModelLoadError(f"onnxruntime cannot load {path} for {module.name!r}: {exc}") from exc
+
+
 def _release(module: InferenceModule, exported: OnnxExport) -> bool:
-    if not isinstance(exported.model, Path):
-        return False  # an unwritable cache: no file to move the weights into
-    released = map_weights(module.module, exported.model.with_suffix(WEIGHTS_SUFFIX))
-    if released:
-        log.info("model %r: torch weights moved out of memory; onnxruntime serves it", module.name)
-    return released
+    return release_weights(module, exported, "onnxruntime")
 
 
 def _cached_in(exported: OnnxExport, options: RuntimeOptions) -> bool:
@@ -203,11 +214,18 @@ class OnnxRuntime(Runtime):
 
     @classmethod
     def compile(cls, module: InferenceModule, options: RuntimeOptions) -> Any:
+        check_source(module, options)
         served = onnx_file_session(module, session_options(options))  # an ONNX file serves itself
         if served is not None:
             return served
         # Named, it alone will serve the module; under ``auto`` the weights stay until it is chosen.
-        return load_session(module, options, release=options.backend == "onnxruntime")[0]
+        session, exported = load_session(module, options, release=options.backend == "onnxruntime")
+        names = [s.name for s in module.schema.outputs]
+        return serve_precision(
+            module, options, "onnxruntime", exported, session,
+            load=lambda path: _plain_session(module, options, path),
+            run=lambda served, inputs: served.run(names, dict(inputs)),
+        )  # fmt: skip
 
     @classmethod
     def wide_artifact(cls, module: InferenceModule, options: RuntimeOptions, threads: int) -> Any:

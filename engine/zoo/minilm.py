@@ -85,6 +85,35 @@ def build() -> ModelSpec:
     )
 
 
+HELD_OUT_TEXTS = [
+    "Hi.",
+    "The quick brown fox jumps over the lazy dog.",
+    "Where is the nearest train station?",
+    "Quarterly revenue rose 12 percent on strong cloud demand.",
+    "I did not like this film at all; the plot made no sense.",
+    "Photosynthesis converts light energy into chemical energy.",
+    "Can you recommend a good book about the history of Rome?",
+    "The patient was given 5 mg of the drug twice daily.",
+    "Serving a transformer on CPUs is mostly a question of batching and thread budgets.",
+    "def add(a, b): return a + b",
+    "Il pleut beaucoup à Paris en novembre.",
+    "Winners are announced on Friday; tickets go on sale next week.",
+    "A cat sat on the mat.",
+    "How do I reset my password if I lost access to my email?",
+    "The committee postponed the vote until the budget report is published.",
+    "Stocks fell sharply after the central bank raised interest rates.",
+]
+"""Varied texts for the int8 accuracy gate (``runtime.accuracy_inputs``, see ``write_held_out``):
+short and long, questions, numbers, code, another language."""
+
+
+def write_held_out(path: Path) -> Path:
+    """HELD_OUT_TEXTS tokenized as the handler does, as the ``.npz`` ``accuracy_inputs`` reads."""
+    ids, mask, _ = _tokenize(HELD_OUT_TEXTS)
+    np.savez(path, input_ids=ids, attention_mask=mask)
+    return path
+
+
 @cache
 def _tokenizer() -> Any:
     from tokenizers import Tokenizer

@@ -94,6 +94,7 @@ async def model_config(request: Request, name: str, version: str | None = None) 
             "backend_selection": info.backend_selection,
             "dispatch_selection": info.dispatch_selection,
             "wide_selection": info.wide_selection,
+            "precision_selection": info.precision_selection,
         }
     )
 

@@ -9,6 +9,7 @@ import signal
 import threading
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx2
@@ -160,7 +161,7 @@ def test_processes_share_one_copy_of_the_weights(tmp_path):
     assert extra < WIDE_WEIGHT_BYTES / 2, (footprints, extra / 2**20)
 
 
-@pytest.mark.parametrize("backend", ["eager", "onnxruntime"])
+@pytest.mark.parametrize("backend", ["eager", "onnxruntime", "openvino"])
 def test_more_intra_op_threads_after_a_fork_safe_load(tmp_path, images, reference, backend):
     # The supervisor loads with one intra-op thread (an OpenMP region before a fork hangs the
     # children); the serving process then runs with two, and must neither hang nor drift.
@@ -172,5 +173,39 @@ def test_more_intra_op_threads_after_a_fork_safe_load(tmp_path, images, referenc
     probabilities, labels = reference(images)
     np.testing.assert_allclose(response.json()["outputs"]["probabilities"], probabilities, rtol=1e-4, atol=1e-5)
     assert response.json()["outputs"]["label"] == labels.tolist()
-    if backend == "onnxruntime":  # its session's thread pool stayed in the parent: rebuilt here
-        assert "built this process's own onnxruntime artifact for 2 intra-op threads" in server.output()
+    if backend != "eager":  # the artifact's threads stayed in the parent (OpenVINO's would hang): rebuilt here
+        assert f"built this process's own {backend} artifact for 2 intra-op threads" in server.output()
+
+
+def test_openvino_streams_after_a_fork_safe_load(tmp_path, images, reference):
+    # The supervisor compiles two streams for two runtimes; a forked process's first infer on
+    # that compiled model hangs (measured), so each process compiles its own and answers
+    # concurrent requests on both.
+    args = ("--workers", "1", "--runtime.num-runtimes", "2", "--runtime.backend", "openvino")
+    with run_server(tmp_path, *args) as server:
+        wait_ready(server)
+        with ThreadPoolExecutor(4) as pool:
+            sent = [pool.submit(httpx2.post, server.url + "/predict", json={"inputs": images[i : i + 4].tolist()},
+                                timeout=30) for i in range(0, 16, 4)]  # fmt: skip
+            responses = [future.result() for future in sent]
+        v2 = {
+            "inputs": [
+                {"name": "image", "shape": [3, 1, 8, 8], "datatype": "FP32", "data": images[:3].ravel().tolist()}
+            ]
+        }
+        answer = httpx2.post(server.url + "/v2/models/digits/infer", json=v2, timeout=30)
+        config = httpx2.get(server.url + "/v2/models/digits/config").json()
+    assert config["backend"] == "openvino"
+    assert answer.status_code == 200, answer.text
+    by_name = {o["name"]: o for o in answer.json()["outputs"]}
+    probabilities, labels = reference(images[:3])
+    np.testing.assert_allclose(
+        np.reshape(by_name["probabilities"]["data"], (3, 10)), probabilities, rtol=1e-4, atol=1e-5
+    )
+    assert by_name["label"]["data"] == labels.tolist()
+    assert "built this process's own openvino artifact for 1 intra-op threads (2 runtimes)" in server.output()
+    for i, response in zip(range(0, 16, 4), responses, strict=True):
+        assert response.status_code == 200, response.text
+        probabilities, labels = reference(images[i : i + 4])
+        np.testing.assert_allclose(response.json()["outputs"]["probabilities"], probabilities, rtol=1e-4, atol=1e-5)
+        assert response.json()["outputs"]["label"] == labels.tolist()

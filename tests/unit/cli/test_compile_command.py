@@ -95,12 +95,14 @@ def test_prepare_names_what_to_build(tmp_path, compiled, capsys):
     ("backend", "auto_backends", "expected"),
     [
         ("onnxruntime", (), ("onnxruntime",)),
+        ("openvino", (), ("onnxruntime",)),  # it compiles onnxruntime's cached export
         ("aoti", (), ("aoti",)),
         ("static", (), ("aoti",)),
         ("auto", (), ("onnxruntime",)),
         ("auto", ("aoti", "eager"), ("aoti",)),
         ("auto", ("eager", "aoti", "onnxruntime"), ("onnxruntime", "aoti")),
         ("auto", ("eager", "static"), ()),
+        ("auto", ("eager", "openvino"), ("onnxruntime",)),
     ],
 )
 def test_what_each_backend_reads_from_the_cache(backend, auto_backends, expected):

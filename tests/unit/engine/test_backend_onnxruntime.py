@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -14,6 +13,7 @@ from inferpool.engine import BACKENDS, InferenceModule, ModelLoadError, RuntimeO
 from inferpool.engine.backends.onnx_export import export_key, export_program, source_key
 from inferpool.engine.backends.onnxruntime import OnnxRuntime, load_session
 from inferpool.engine.threads import ThreadPlan
+from tests.support.backend_checks import check_digits, hide_package
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
@@ -30,11 +30,7 @@ def session(digits_module):
 
 
 def check(got, images, reference):
-    probabilities, label = reference(images)
-    np.testing.assert_allclose(got["probabilities"], probabilities, rtol=RTOL, atol=ATOL)
-    np.testing.assert_array_equal(got["label"], label)
-    assert got["probabilities"].dtype == np.float32
-    assert got["label"].dtype == np.int64
+    check_digits(got, images, reference, RTOL, ATOL)
 
 
 def test_registered_by_name():
@@ -110,14 +106,7 @@ def test_model_from_a_torch_export_archive(digits_pt2, options, images, referenc
 
 
 def test_missing_package_says_how_to_install_it(digits_module, options, monkeypatch):
-    real_import = importlib.import_module
-
-    def no_onnxruntime(name: str, package: str | None = None):
-        if name == "onnxruntime":
-            raise ModuleNotFoundError("No module named 'onnxruntime'")
-        return real_import(name, package)
-
-    monkeypatch.setattr(importlib, "import_module", no_onnxruntime)
+    hide_package(monkeypatch, "onnxruntime")
     with pytest.raises(ModelLoadError, match=r"pip install 'inferpool\[onnx\]'"):
         OnnxRuntime.compile(digits_module, options)
 

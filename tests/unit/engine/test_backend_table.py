@@ -24,7 +24,7 @@ def test_importing_config_and_engine_loads_no_backend():
 
 def test_lookup_imports_the_named_class_once():
     table = BackendTable(BACKEND_PATHS)
-    assert sorted(table) == ["aoti", "eager", "onnxruntime", "static", "torchscript"]
+    assert sorted(table) == ["aoti", "eager", "onnxruntime", "openvino", "static", "torchscript"]
     eager = table["eager"]
     assert issubclass(eager, Runtime)
     assert table["eager"] is eager is BACKENDS["eager"]

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from importlib.util import find_spec
 
 import numpy as np
 import pytest
 
 from inferpool.engine import InvalidInput, RuntimeOptions, ServedModel, TokenIds
-from inferpool.engine.zoo.minilm import BUCKETS, DIMENSIONS, MAX_TOKENS, MiniLMHandler
+from inferpool.engine.zoo.minilm import BUCKETS, DIMENSIONS, MAX_TOKENS, MiniLMHandler, write_held_out
 from tests.support.minilm_reference import LONG, SENTENCES, cosines, reference, token_ids
 
 MODEL, HANDLER = "inferpool.engine.zoo.minilm:build", "inferpool.engine.zoo.minilm:MiniLMHandler"
@@ -82,7 +83,10 @@ def test_bad_token_ids_are_invalid_input(handler, ids, message):
         handler.preprocess(TokenIds(ids))
 
 
-@pytest.fixture(scope="module", params=["eager", "onnxruntime"])
+OPENVINO = pytest.mark.skipif(find_spec("openvino") is None, reason="openvino is an optional extra")
+
+
+@pytest.fixture(scope="module", params=["eager", "onnxruntime", pytest.param("openvino", marks=OPENVINO)])
 def served(request):
     options = RuntimeOptions(backend=request.param, dispatch="threads", warmup_iters=1)
     model = ServedModel.load(MODEL, options, handler=HANDLER)
@@ -126,3 +130,23 @@ def test_batching_groups_requests_by_length_bucket():
         assert cosines(prediction.outputs["embedding"], reference()[i % len(SENTENCES)]) >= 0.999
         assert bool(prediction.outputs["truncated"]) == (i % len(SENTENCES) == LONG)
     assert max(p.batch_size for p in predictions) > 1
+
+
+def test_int8_fails_the_gate_on_varied_texts_and_fp32_is_served(tmp_path):
+    # Dynamic int8 is ~2x faster on MiniLM (docs/BENCHMARKS.md, issue 31), but its embeddings of
+    # varied texts are not the model's (min cosine ~0.92 against fp32): not served.
+    options = RuntimeOptions(
+        backend="onnxruntime", precision="int8", accuracy_inputs=str(write_held_out(tmp_path / "held_out.npz")),
+        dispatch="threads", warmup_iters=1,
+    )  # fmt: skip
+    model = ServedModel.load(MODEL, options, handler=HANDLER)
+    try:
+        shown = model.info.precision_selection
+        out = asyncio.run(model.infer(SENTENCES)).outputs
+    finally:
+        model.close()
+    assert shown is not None
+    assert shown["served"] == "fp32"
+    assert shown["gate"]["figures"]["min_cosine"] < 0.99
+    assert not shown["gate"]["passed"]
+    assert cosines(out["embedding"], reference()).min() >= 0.999

@@ -55,10 +55,12 @@ def test_an_onnx_file_becomes_a_module_with_its_declared_schema(tmp_path):
         load_model(str(tmp_path / "broken.onnx"))
 
 
-def test_only_onnxruntime_serves_an_onnx_file():
+def test_only_onnxruntime_or_openvino_serves_an_onnx_file():
     assert serving_options("m.onnx", RuntimeOptions()).backend == "onnxruntime"  # in place of auto
+    assert serving_options("m.onnx", RuntimeOptions(backend="openvino")).backend == "openvino"
     assert serving_options("m.pt2", RuntimeOptions()).backend == "auto"
-    with pytest.raises(ConfigError, match=r"'m\.onnx' is served by backend 'onnxruntime' only, not 'eager'"):
+    refused = r"'m\.onnx' is served by backend 'onnxruntime' or 'openvino' only, not 'eager'"
+    with pytest.raises(ConfigError, match=refused):
         serving_options("m.onnx", RuntimeOptions(backend="eager"))
 
 
@@ -69,6 +71,6 @@ def test_a_repository_version_holding_model_onnx(tmp_path):
     (tmp_path / "two" / "config.toml").write_text("version_policy = {specific = [1]}")
     folder = scan(tmp_path)["two"]
     assert folder.versions[1].source.endswith("two/1/model.onnx")
-    assert "served by backend 'onnxruntime' only, not 'eager'" in (folder.versions[2].reason or "")
+    assert "served by backend 'onnxruntime' or 'openvino' only, not 'eager'" in (folder.versions[2].reason or "")
     [plan] = repository_plans(Settings(runtime=RuntimeOptions(backend="eager")), {"two": folder})
     assert plan.options.backend == "onnxruntime"  # the server's default backend is for torch models

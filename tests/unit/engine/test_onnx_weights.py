@@ -17,13 +17,14 @@ import inferpool.engine.backends.autoselect as autoselect
 import inferpool.engine.backends.onnxruntime as onnxruntime_backend
 from inferpool.engine import InferenceModule, RuntimeOptions
 from inferpool.engine.backends.eager import EagerRuntime
-from inferpool.engine.backends.onnx_export import source_key
-from inferpool.engine.backends.onnxruntime import WEIGHTS_SUFFIX, OnnxRuntime, checked, load_session
+from inferpool.engine.backends.onnx_export import WEIGHTS_SUFFIX, source_key
+from inferpool.engine.backends.onnxruntime import OnnxRuntime, checked, load_session
 from inferpool.engine.backends.weights import map_weights
 from inferpool.engine.errors import ModelFailed
 from inferpool.engine.served import ServedModel
 from inferpool.engine.threads import ThreadPlan
 from inferpool.engine.zoo.digits import build
+from tests.support.backend_checks import mapped
 from tests.support.extra_models import WIDE_WEIGHT_BYTES
 
 pytest.importorskip("onnxruntime")
@@ -40,18 +41,6 @@ def fresh() -> InferenceModule:
 
 def options(cache: Path, backend: str = "onnxruntime", **more) -> RuntimeOptions:
     return RuntimeOptions(backend=backend, compile_cache_dir=str(cache), warmup_iters=1, **more)
-
-
-def mapped(module: InferenceModule) -> bool:
-    """Every parameter lives in a mapping of the cache's weights file."""
-    spans = []
-    for line in Path("/proc/self/maps").read_text().splitlines():
-        fields = line.split(maxsplit=5)
-        if len(fields) == 6 and fields[5].endswith(WEIGHTS_SUFFIX):
-            start, end = (int(x, 16) for x in fields[0].split("-"))
-            spans.append((start, end))
-    pointers = [p.untyped_storage().data_ptr() for p in module.module.parameters()]
-    return all(any(a <= ptr < b for a, b in spans) for ptr in pointers)
 
 
 def check(outputs: dict[str, np.ndarray], images: np.ndarray, reference) -> None:

@@ -1,0 +1,198 @@
+"""OpenVINO: the model's ONNX export (or the ``.onnx`` source) compiled once per serving process.
+
+``compile`` reads the file the onnxruntime backend exports and caches
+(inferpool.engine.backends.onnx_export) and builds one ``CompiledModel``; every runtime holds one
+infer request on it, so the weights exist once. OpenVINO runs concurrent infer requests in
+parallel only on separate *streams*, so the compiled model has one stream per runtime of the
+thread plan and ``intra_op_threads`` threads in each (the plan's total); one stream shared by
+two runtimes measured the same items/s as one runtime.
+
+Precision: ``INFERENCE_PRECISION_HINT`` is pinned to f32. On a CPU with bf16 instructions the
+plugin's default is bf16, which fails the parity check against eager (or, worse, would pass a
+loose one); reduced precision is ``runtime.precision``'s business (inferpool.engine.backends.precision),
+behind its accuracy gate. CPU pinning is off: serving processes and other tenants share cores.
+
+Fork safety (measured, tests/e2e/service/test_processes.py): a compiled model with one stream
+and one thread answers in a forked child; one with two streams hangs the child's first infer
+(its stream threads stayed in the parent), while a model compiled afresh in the child works. So
+a forked process rebuilds its own whenever the parent's has more than one stream or thread or
+its plan wants more (``needs_own_artifact``), as onnxruntime does for more intra-op threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from inferpool.engine.backends.base import Runtime
+from inferpool.engine.backends.onnx_export import OnnxExport, ensure_export
+from inferpool.engine.backends.onnx_export import release_weights as release_into_cache
+from inferpool.engine.backends.parity import Tolerance, eager_outputs, first_mismatch
+from inferpool.engine.backends.precision import check_source, serve_precision
+from inferpool.engine.errors import ModelLoadError, import_optional
+from inferpool.engine.module import InferenceModule
+from inferpool.engine.onnx_source import OnnxFile
+from inferpool.engine.options import RuntimeOptions
+from inferpool.engine.schema import Array
+from inferpool.engine.threads import ThreadPlan
+
+log = logging.getLogger(__name__)
+_exports: weakref.WeakKeyDictionary[torch.nn.Module, OnnxExport] = weakref.WeakKeyDictionary()
+"""The export each torch model was last compiled from, for ``release_weights``."""
+INSTALL_HINT = "pip install 'inferpool[openvino]'"
+DEVICE = "CPU"
+
+
+def require() -> Any:
+    return import_optional("openvino", "backend 'openvino'", f"{INSTALL_HINT}, or use backend 'onnxruntime'")
+
+
+@cache
+def core() -> Any:
+    """One ``ov.Core`` per process (it holds the loaded plugins); a forked child keeps using it."""
+    return require().Core()
+
+
+@dataclass(frozen=True)
+class CompiledOpenVino:
+    """The shared compiled model and the stream layout it was built with."""
+
+    model: Any
+    streams: int
+    threads_per_stream: int
+    source: str
+
+    @property
+    def threads(self) -> int:
+        return self.streams * self.threads_per_stream
+
+
+def compile_config(streams: int, threads_per_stream: int) -> dict[str, Any]:
+    return {
+        "NUM_STREAMS": streams,
+        "INFERENCE_NUM_THREADS": streams * threads_per_stream,
+        "INFERENCE_PRECISION_HINT": "f32",
+        "ENABLE_CPU_PINNING": False,
+    }
+
+
+def model_file(module: InferenceModule, options: RuntimeOptions) -> tuple[Path | bytes, str, OnnxExport | None]:
+    """The ONNX model to compile: the source file itself, or the cached export of a torch model."""
+    if isinstance(module.module, OnnxFile):
+        check_source(module, options)
+        return module.module.path, str(module.module.path), None
+    exported = ensure_export(module, options)
+    return exported.model, exported.describe(), exported
+
+
+def compile_file(
+    module: InferenceModule, model: Path | bytes, where: str, streams: int, threads_per_stream: int
+) -> CompiledOpenVino:
+    ov_core = core()
+    try:
+        if isinstance(model, Path):
+            read = ov_core.read_model(str(model))
+        else:  # an unwritable cache: the export's bytes
+            read = ov_core.read_model(model, require().Tensor(np.empty(0, dtype=np.uint8)))
+        compiled = ov_core.compile_model(read, DEVICE, compile_config(streams, threads_per_stream))
+    except Exception as exc:
+        raise ModelLoadError(f"openvino cannot compile the ONNX model of {module.name!r} ({where}): {exc}") from exc
+    names = ([i.get_any_name() for i in compiled.inputs], [o.get_any_name() for o in compiled.outputs])
+    want = ([s.name for s in module.schema.inputs], [s.name for s in module.schema.outputs])
+    if names != want:
+        raise ModelLoadError(f"{where} has inputs and outputs {names}; model {module.name!r} has {want}")
+    return CompiledOpenVino(compiled, streams, threads_per_stream, where)
+
+
+def run_request(request: Any, outputs: Sequence[str], inputs: Mapping[str, Array]) -> list[np.ndarray]:
+    # share_inputs: the request's arrays are read in place (the call is synchronous and the
+    # caller does not touch them meanwhile); outputs are copied, since the next infer reuses them.
+    result = request.infer(dict(inputs), share_inputs=True, share_outputs=False)
+    return [np.asarray(result[name]) for name in outputs]
+
+
+def check_parity(module: InferenceModule, compiled: CompiledOpenVino, tolerance: Tolerance) -> None:
+    names = [s.name for s in module.schema.outputs]
+    got = run_request(compiled.model.create_infer_request(), names, module.example_inputs)
+    want = eager_outputs(module, module.example_inputs)
+    wrong = first_mismatch(names, got, want, tolerance)
+    if wrong is not None:
+        raise ModelLoadError(
+            f"openvino's compiled {compiled.source} disagrees with the eager model {module.name!r} on output "
+            f"{wrong!r}; use backend 'onnxruntime' or 'eager'"
+        )
+
+
+def streams_for(options: RuntimeOptions) -> int:
+    """One stream per runtime: ``num_runtimes`` when fixed, else one until the plan is known
+    (``ServedModel.start`` rebuilds for its plan, see ``needs_own_artifact``). One is what the
+    supervisor's fork-safe load wants; a model loaded and started in one process with an
+    automatic plan of several runtimes is therefore compiled twice at start."""
+    return max(1, options.num_runtimes)
+
+
+class OpenVinoRuntime(Runtime):
+    """One infer request on the shared compiled model built by :meth:`compile`."""
+
+    shared = ("compiled model", CompiledOpenVino)
+    threaded_artifact = True
+    tolerance = Tolerance(rtol=1e-3, atol=1e-5)  # fused and reordered float ops, as onnxruntime's
+
+    def __init__(self, module: InferenceModule, options: RuntimeOptions, compiled: Any = None) -> None:
+        super().__init__(module, options, compiled)
+        self._inputs = tuple(s.name for s in module.schema.inputs)
+        self._outputs = [s.name for s in module.schema.outputs]
+        self._request = self.compiled.model.create_infer_request()
+
+    @classmethod
+    def compile(cls, module: InferenceModule, options: RuntimeOptions) -> CompiledOpenVino:
+        require()  # before exporting, so that its absence is not taken for a bad export
+        model, where, exported = model_file(module, options)
+        streams = streams_for(options)
+        compiled = compile_file(module, model, where, streams, options.intra_op_threads)
+        check_parity(module, compiled, cls.tolerance)
+        if exported is not None:
+            names = [s.name for s in module.schema.outputs]
+            compiled = serve_precision(
+                module, options, "openvino", exported, compiled,
+                load=lambda path: compile_file(module, path, str(path), streams, options.intra_op_threads),
+                run=lambda served, inputs: run_request(served.model.create_infer_request(), names, inputs),
+            )  # fmt: skip
+            _exports[module.module] = exported
+            if options.backend == "openvino":  # named, it alone serves: the torch weights are a second copy
+                release_into_cache(module, exported, "openvino")
+        log.debug("model %r: openvino compiled %s with %d stream(s) x %d thread(s)",
+                  module.name, where, compiled.streams, compiled.threads_per_stream)  # fmt: skip
+        return compiled
+
+    @classmethod
+    def release_weights(cls, module: InferenceModule) -> None:
+        """``auto`` chose this backend: the torch weights leave memory (as when it is named)."""
+        exported = _exports.get(module.module)
+        if exported is not None:
+            release_into_cache(module, exported, "openvino")
+
+    @classmethod
+    def needs_own_artifact(cls, compiled: Any, plan: ThreadPlan, *, forked: bool) -> bool:
+        """Forked: the parent's compiled model hangs here unless it has one stream of one thread
+        (see the module docstring). Either way: one built for another layout than the plan's
+        (``compile`` sees ``num_runtimes`` as configured, 0 for automatic) would serialise the
+        plan's runtimes on too few streams, or leave threads idle."""
+        if not isinstance(compiled, CompiledOpenVino):
+            return True
+        if forked and (compiled.threads > 1 or plan.threads > 1):
+            return True
+        return (compiled.streams, compiled.threads_per_stream) != (plan.runtimes, plan.intra_op_threads)
+
+    def run(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
+        outputs = run_request(self._request, self._outputs, {name: inputs[name] for name in self._inputs})
+        self.calls += 1
+        return dict(zip(self._outputs, outputs, strict=True))
