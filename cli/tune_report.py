@@ -22,7 +22,7 @@ from inferpool.config import Settings
 from inferpool.harness.load import Summary
 
 COLUMNS = (
-    f"{'trial':<9}{'backend':<22}{'procs':>5}{'rt':>4}{'thr':>4}  {'dispatch':<15}{'batch':>5}{'delay us':>9}"
+    f"{'trial':<13}{'backend':<22}{'procs':>5}{'rt':>4}{'thr':>4}  {'dispatch':<15}{'batch':>5}{'delay us':>9}"
     f"{'start s':>8}{'pred/s':>8}{'req/s':>8}{'p50 ms':>8}{'p99 ms':>8}{'±':>6}{'errors':>7}  result"
 )
 
@@ -53,7 +53,7 @@ def _row(trial: Trial) -> str:
         noise = "-" if trial.p99_noise_ms is None else f"{trial.p99_noise_ms:.1f}"
         measured = f"{summary.throughput:>8.0f}{p50:>8}{p99:>8}{noise:>6}{summary.errors:>7}"
     return (
-        f"{trial.name:<9}{chosen(knobs.backend, 'backend'):<22}{knobs.workers:>5}{runtimes:>4}"
+        f"{trial.name:<13}{chosen(knobs.backend, 'backend'):<22}{knobs.workers:>5}{runtimes:>4}"
         f"{knobs.intra_op_threads:>4}  {chosen(knobs.dispatch, 'dispatch'):<15}{knobs.max_batch_size:>5}{delay:>9}"
         f"{start:>8}{predicted:>8}{measured}  {trial.status}"
     )

@@ -64,7 +64,7 @@ def test_admission_refuses_at_once_what_the_queue_would_make_late(slow):
             clients.append(local.http)
         started = time.monotonic()
         response = local.http.post(
-            "/predict", json={"inputs": SAMPLE}, headers={"X-Request-Timeout-Ms": str(budget_ms)}
+            "/predict", json={"inputs": SAMPLE}, headers={"X-Request-Timeout-Ms": str(round(budget_ms))}
         )
         return response.status_code, time.monotonic() - started, response.headers.get("retry-after", "")
 
