@@ -28,16 +28,21 @@ _TIMEOUT_SYNTAX = re.compile(TIMEOUT_PATTERN.strip("^$").encode())
 def deadline(header: bytes | None, default_ms: float, override_ms: float | None = None) -> float | None:
     """Absolute ``time.monotonic()`` deadline: the request's own timeout (the v2 parameter,
     else the X-Request-Timeout-Ms header), else the default."""
+    header_ms = None if header is None else _header_ms(header)  # checked even when the parameter wins
     if override_ms is not None:  # checked where it was parsed (inferpool.service.v2types.timeout_ms)
         return time.monotonic() + override_ms / 1e3
-    if header is None:
+    if header_ms is None:
         return time.monotonic() + default_ms / 1e3 if default_ms else None
+    return time.monotonic() + header_ms / 1e3
+
+
+def _header_ms(header: bytes) -> int:
     if not _TIMEOUT_SYNTAX.fullmatch(header):
         given = header.decode("latin-1")
         message = (f"X-Request-Timeout-Ms {given!r} must be an unsigned integer of milliseconds, "
                    f"{MIN_TIMEOUT_MS} or more, like 250")  # fmt: skip
         raise ApiError(400, message, "invalid_input")
-    return time.monotonic() + int(header) / 1e3
+    return int(header)
 
 
 def record(

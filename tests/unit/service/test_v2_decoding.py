@@ -95,3 +95,11 @@ def test_the_deadline_header_in_milliseconds(value, ms):
         assert before + ms / 1e3 <= when <= time.monotonic() + ms / 1e3
     else:
         assert when > before + 1e15  # ~292 million years: taken, not overflowed
+
+
+def test_a_bad_deadline_header_is_refused_even_when_the_v2_parameter_wins():
+    with pytest.raises(ApiError, match="X-Request-Timeout-Ms"):
+        deadline(b"+0.0", 1000.0, override_ms=5.0)
+    when = deadline(b"9999", 1000.0, override_ms=5.0)
+    assert when is not None
+    assert when <= time.monotonic() + 0.005
