@@ -4,9 +4,9 @@ defaults are the answer, and no config file is written for a setting that may be
 
 The bar is the largest of: NOISE (a short trial's noise on a shared machine), the defaults'
 drift (the same server measured at the start and the end of the search, the same way:
-inferpool.cli.tune_measure.drift) and the confirmation's own noise (half the spread of its
-rounds' ratios). A setting whose trial met the objective must also hold it in the
-confirmation wherever the defaults did.
+inferpool.cli.tune_measure.drift) and the confirmation's own noise (half the spread of the
+ratios of its pairs of rounds: inferpool.cli.tune_confirm). A setting whose trial met the
+objective must also hold it in the confirmation wherever the defaults did.
 """
 
 from __future__ import annotations

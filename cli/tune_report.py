@@ -155,12 +155,14 @@ def confirmation_lines(outcome: Outcome, load: Load, defaults: Trial, best: Tria
     same = name == DEFAULTS
     note = ["  the defaults won, so both sides are the same server: the ratio is this machine's noise"] if same else []
     rounds = ", ".join(f"{r:.2f}" for r in c.round_ratios)
+    pairs = ", ".join(f"{r:.2f}" for r in c.pair_ratios)
     lines += [
         f"confirmation, {c.rounds} interleaved rounds of {c.slice_seconds:g} s per side:",
         _side("defaults", c.defaults, c.defaults_held),
         _side("again" if same else f"tuned {name}", c.tuned, c.held),
         ratio,
-        f"  each round: {rounds} (noise ±{c.noise:.2f}); the load generator took {c.generator_cpus:.2f} CPU",
+        f"  each round: {rounds}; each pair of rounds: {pairs} (noise ±{c.noise:.2f})",
+        f"  the load generator took {c.generator_cpus:.2f} CPU",
         *note,
     ]
     sides = [(DEFAULTS, agreement(defaults, c.defaults.throughput))]
