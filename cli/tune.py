@@ -9,20 +9,27 @@ queue delay. In four steps, never past ``--budget``:
 2. run each on a real ``inferpool serve`` under the workload (closed loop at ``--concurrency``
    clients or open loop at ``--rate`` requests/s, of the model's example or of ``--requests``,
    a JSONL file of POST /predict bodies), stopping a trial early once it cannot win;
-3. print every trial; write the winner's config (``--out``/tuned.toml, for ``inferpool serve
-   --config``), trials.json and a Pareto plot of throughput against p99;
+3. measure the defaults again, as at the start: how far they drifted bounds the noise;
 4. confirm: the winner against the defaults (serve with the settings given here, untuned), in
-   interleaved rounds: the throughput ratio and whether the objective held.
+   interleaved rounds: the throughput ratio and whether the objective held; print every trial;
+   write the winner's config (``--out``/tuned.toml, for ``inferpool serve --config``) only when
+   the confirmation shows it ahead of the defaults beyond the measured noise, else say the
+   defaults are the answer (cli/tune_decide.py); trials.json and a Pareto plot of throughput
+   against p99 either way.
 
-Exit status 0 with a winner, 1 when no setting met the objective (the closest, with how far it
-missed, is named and written to closest.toml: cli/tune_rank.py says how it is chosen), 2 for
-invalid arguments.
+Trials and the confirmation measure alike (cli/tune_measure.py: same warm-up, the load generator
+in the same place, off the servers' CPUs when there are 3 or more, its CPU time reported).
+
+Exit status 0 when the answer met the objective, 1 when no setting did (the closest, with how
+far it missed, is named, and written to closest.toml if the confirmation shows it ahead of the
+defaults: cli/tune_rank.py says how it is chosen), 2 for invalid arguments.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -32,9 +39,11 @@ from inferpool.cli.argv import config_argument, refuse, settings_from_argv
 from inferpool.cli.tune_budget import Budget, format_seconds, parse_duration
 from inferpool.cli.tune_confirm import Confirmation, confirm, reserve, shortest
 from inferpool.cli.tune_costs import CostMeter, Costs, batch_sizes, measure_costs
+from inferpool.cli.tune_decide import decide, met_objective
+from inferpool.cli.tune_measure import WARMUP, drift, pin_generator, placement
 from inferpool.cli.tune_progress import Progress
 from inferpool.cli.tune_rank import DEFAULTS
-from inferpool.cli.tune_report import confirmation_lines, format_table, verdict, write_results
+from inferpool.cli.tune_report import Outcome, confirmation_lines, format_table, verdict, write_results
 from inferpool.cli.tune_space import Knobs, Load, build_space, calibrate, keep_backends, rerank
 from inferpool.cli.tune_trials import Plan, Trial, Trials
 from inferpool.config import Settings
@@ -47,6 +56,7 @@ from inferpool.service.host import sized
 
 COSTS_SHARE = 0.2  # of the budget, at most, for timing the model here
 MAX_BATCH = 64
+DEFAULTS_AGAIN = "defaults@end"  # the defaults measured again after the search (not ranked)
 
 
 def tune_main(argv: list[str]) -> int:
@@ -127,11 +137,14 @@ def _tune(
     payloads = [Payload("/predict", b, (JSON,)) for b in bodies] if bodies else [_example(meter)]
     del meter
     workload = Workload(payloads, concurrency=load.concurrency, rate=load.rate)
-    budget.reserve = reserve(budget.seconds)
-    plan = Plan(settings, serve_args, model, load, workload, min(2.0, max(0.5, trial_seconds / 4)), trial_seconds)
+    where = placement(sorted(os.sched_getaffinity(0)))
+    pin_generator(where)
+    progress.say(f"inferpool tune: {where.describe()}")
+    plan = Plan(settings, serve_args, model, load, workload, WARMUP, trial_seconds, where)
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="inferpool-tune-") as workdir:
         trials = Trials(plan, budget, progress, Path(workdir))
+        budget.reserve = reserve(budget.seconds) + trials.again_seconds()
         try:
             return _search(trials, costs, settings, out, progress)
         finally:
@@ -163,23 +176,29 @@ def _search(trials: Trials, costs: Costs, settings: Settings, out: Path, progres
         if not trials.run(trial, f"trial {number}/{len(space.candidates)}"):
             not_run = len(space.candidates) - number + 1
             break
+    # The same server, the same way: how far it drifted (its share of the reserve kept for it).
+    fits = budget.left() - trials.again_seconds() >= shortest()
+    end = trials.again(defaults, DEFAULTS_AGAIN) if fits else None
+    moved = None if end is None or end.summary is None else drift(defaults.summary, end.summary)
     choice = trials.choice
     best = None if choice is None else choice.chosen
-    chosen = best if choice is not None and choice.met else None
     confirmation = _confirm(trials, best, progress)
     trials.close()
-    print(format_table(trials.done, choice))
+    decision = decide(choice, confirmation, moved)
+    print(format_table([*trials.done, *([end] if end else [])], choice))
     if passed:
         print(f"{passed} shorter queue delays not tried: their batch setting with the longer delay did not lead")
     if not_run:
         print(f"{not_run} of {len(space.candidates)} settings not run: the budget left could not hold them")
     print(verdict(choice, load))
-    for line in confirmation_lines(confirmation, load, best.name if best else "-"):
+    outcome = Outcome(decision, confirmation, end, moved)
+    for line in confirmation_lines(outcome, load, trials.done[0], best):
         print(line)
-    written = write_results(out, trials, costs, space.reasons, confirmation, settings)
+    print(decision.reason)
+    written = write_results(out, trials, costs, space.reasons, outcome, settings)
     print("\n".join(written))
     print(f"time used: {format_seconds(budget.used())} of the {format_seconds(budget.seconds)} budget")
-    return 0 if chosen is not None else 1
+    return 0 if met_objective(decision, choice, defaults, confirmation) else 1
 
 
 def _confirm(trials: Trials, best: Trial | None, progress: Progress) -> Confirmation | None:

@@ -1,18 +1,23 @@
 """``inferpool tune``'s last step: the winner against the defaults, both servers up, in interleaved
 rounds (defaults-tuned, tuned-defaults, ...) so that a noisy neighbour slows both alike; the
-ratio of their throughputs and whether the objective held for each, on the same clock."""
+ratio of their throughputs and whether the objective held for each, on the same clock. Each
+slice is measured as a trial is (inferpool.cli.tune_measure: same warm-up, same generator
+placement), and each round's own ratio is kept. A slice right after the other server's runs
+slower than one after its own (measured: rounds of 0.95, 1.90, 1.04, 1.95 for the MLP, where
+the order alternates), so the noise is taken from pairs of rounds, defaults-tuned then
+tuned-defaults, in which that order effect cancels, as it does in the ratio of the whole."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from inferpool.cli.tune_budget import Budget
+from inferpool.cli.tune_measure import WARMUP, measure
 from inferpool.cli.tune_progress import Progress
 from inferpool.cli.tune_space import Load
-from inferpool.harness.load import Summary, Window, Workload, run_load
+from inferpool.harness.load import Summary, Window, Workload
 
 ROUNDS = 4
-WARMUP = 0.5  # per slice: the connections open and the first requests settle
 OVERHEAD = 0.25
 """Per slice, beyond its warm-up and measuring: a fresh event loop, the connections opened
 before the clock starts and the clients cancelled after it stops (inferpool.harness.load.drive)."""
@@ -51,6 +56,17 @@ class Confirmation:
     """Tuned over defaults: throughput (closed loop), or defaults' p99 over tuned's (open loop)."""
     held: bool
     defaults_held: bool
+    round_ratios: list[float] = field(default_factory=list)
+    """Each round's own ratio (both its slices, back to back)."""
+    pair_ratios: list[float] = field(default_factory=list)
+    """Each pair of rounds' ratio (one of each order)."""
+    generator_cpus: float = 0.0
+    """The load generator's CPU share, the mean over the slices (inferpool.cli.tune_measure)."""
+
+    @property
+    def noise(self) -> float:
+        """Half the spread of the pairs' ratios: how far the ratio itself moves here."""
+        return (max(self.pair_ratios) - min(self.pair_ratios)) / 2 if self.pair_ratios else 0.0
 
 
 def confirm(
@@ -62,13 +78,23 @@ def confirm(
         return None
     ports = (defaults_port, tuned_port)  # the same port when the defaults won
     windows: tuple[list[Window], list[Window]] = ([], [])
+    shares: list[float] = []
     for round_ in range(ROUNDS):
         for side in (0, 1) if round_ % 2 == 0 else (1, 0):
             progress.update(f"confirmation round {round_ + 1}/{ROUNDS}", budget.left())
-            windows[side].append(run_load(ports[side], workload, WARMUP, slice_))
+            measured = measure(ports[side], workload, slice_)
+            windows[side].append(measured.window)
+            shares.append(measured.generator_cpus)
     defaults, tuned = merged(windows[0]), merged(windows[1])
-    ratio = _ratio(defaults, tuned, load)
-    return Confirmation(ROUNDS, round(slice_, 2), defaults, tuned, ratio, load.met_by(tuned), load.met_by(defaults))
+    rounds = [round(_ratio(d.summary(), t.summary(), load), 3) for d, t in zip(*windows, strict=True)]
+    pairs = [
+        round(_ratio(merged(windows[0][k : k + 2]), merged(windows[1][k : k + 2]), load), 3)
+        for k in range(0, ROUNDS - 1, 2)
+    ]
+    return Confirmation(
+        ROUNDS, round(slice_, 2), defaults, tuned, _ratio(defaults, tuned, load), load.met_by(tuned),
+        load.met_by(defaults), rounds, pairs, round(sum(shares) / len(shares), 3),
+    )  # fmt: skip
 
 
 def merged(windows: list[Window]) -> Summary:

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from inferpool.cli.tune_config import write_config
 from inferpool.cli.tune_confirm import Confirmation
 from inferpool.cli.tune_costs import Costs
+from inferpool.cli.tune_decide import AGREEMENT, Decision, agreement
+from inferpool.cli.tune_measure import HUNGRY
 from inferpool.cli.tune_rank import DEFAULTS, Choice, describe_miss, miss
 from inferpool.cli.tune_space import Load
 from inferpool.cli.tune_trials import Trial, Trials
@@ -20,7 +22,7 @@ from inferpool.config import Settings
 from inferpool.harness.load import Summary
 
 COLUMNS = (
-    f"{'trial':<9}{'backend':<22}{'procs':>5}{'rt':>4}{'thr':>4}  {'dispatch':<15}{'batch':>5}{'delay us':>9}"
+    f"{'trial':<13}{'backend':<22}{'procs':>5}{'rt':>4}{'thr':>4}  {'dispatch':<15}{'batch':>5}{'delay us':>9}"
     f"{'start s':>8}{'pred/s':>8}{'req/s':>8}{'p50 ms':>8}{'p99 ms':>8}{'±':>6}{'errors':>7}  result"
 )
 
@@ -51,7 +53,7 @@ def _row(trial: Trial) -> str:
         noise = "-" if trial.p99_noise_ms is None else f"{trial.p99_noise_ms:.1f}"
         measured = f"{summary.throughput:>8.0f}{p50:>8}{p99:>8}{noise:>6}{summary.errors:>7}"
     return (
-        f"{trial.name:<9}{chosen(knobs.backend, 'backend'):<22}{knobs.workers:>5}{runtimes:>4}"
+        f"{trial.name:<13}{chosen(knobs.backend, 'backend'):<22}{knobs.workers:>5}{runtimes:>4}"
         f"{knobs.intra_op_threads:>4}  {chosen(knobs.dispatch, 'dispatch'):<15}{knobs.max_batch_size:>5}{delay:>9}"
         f"{start:>8}{predicted:>8}{measured}  {trial.status}"
     )
@@ -130,29 +132,63 @@ def verdict(choice: Choice[Trial] | None, load: Load) -> str:
     return f"no setting met {objective}; the closest: {choice.chosen.name} ({describe_miss(choice, load)})"
 
 
-def confirmation_lines(confirmation: Confirmation | None, load: Load, name: str) -> list[str]:
-    if confirmation is None:
-        return ["confirmation: skipped, too little of the budget was left"]
-    c = confirmation
+@dataclass(frozen=True)
+class Outcome:
+    """What the search ended with, beyond its trials."""
+
+    decision: Decision
+    confirmation: Confirmation | None
+    again: Trial | None
+    """The defaults measured again at the end of the search (None when the budget had no room)."""
+    drift: float | None
+
+
+def confirmation_lines(outcome: Outcome, load: Load, defaults: Trial, best: Trial | None) -> list[str]:
+    lines = _drift_lines(outcome, defaults)
+    c, name = outcome.confirmation, "-" if best is None else best.name
+    if c is None or best is None:
+        return [*lines, "confirmation: skipped, too little of the budget was left"]
     if load.concurrency is not None:
         ratio = f"  throughput: {c.ratio:.2f}x the defaults'"
     else:  # every setting that keeps up answers the same rate: what differs is the latency
         ratio = f"  p99: the defaults' is {c.ratio:.2f}x the tuned one's"
     same = name == DEFAULTS
-    if same:
-        note = ["  the defaults won, so both sides are the same server: the ratio is this machine's noise"]
-    elif c.ratio < 1:
-        note = ["  the defaults did as well here: the trials' difference was within this machine's noise"]
-    else:
-        note = []
-    side = "again" if same else f"tuned {name}"
-    return [
+    note = ["  the defaults won, so both sides are the same server: the ratio is this machine's noise"] if same else []
+    rounds = ", ".join(f"{r:.2f}" for r in c.round_ratios)
+    pairs = ", ".join(f"{r:.2f}" for r in c.pair_ratios)
+    lines += [
         f"confirmation, {c.rounds} interleaved rounds of {c.slice_seconds:g} s per side:",
         _side("defaults", c.defaults, c.defaults_held),
-        _side(side, c.tuned, c.held),
+        _side("again" if same else f"tuned {name}", c.tuned, c.held),
         ratio,
+        f"  each round: {rounds}; each pair of rounds: {pairs} (noise ±{c.noise:.2f})",
+        f"  the load generator took {c.generator_cpus:.2f} CPU",
         *note,
     ]
+    sides = [(DEFAULTS, agreement(defaults, c.defaults.throughput))]
+    if not same:
+        sides.append((name, agreement(best, c.tuned.throughput)))
+    shown = [f"{n} {a:.2f}x" for n, a in sides if a is not None]
+    if shown:
+        off = any(a is not None and abs(a - 1) > AGREEMENT for _, a in sides)
+        warn = f": more than {AGREEMENT:.0%} apart, the trials' ranking is within their noise" if off else ""
+        lines.append(f"  confirmation over trial, throughput: {', '.join(shown)}{warn}")
+    return lines
+
+
+def _drift_lines(outcome: Outcome, defaults: Trial) -> list[str]:
+    lines = []
+    again = outcome.again
+    if again is not None and again.summary is not None and defaults.summary is not None:
+        lines.append(
+            f"defaults at the start and the end of the search: {defaults.summary.throughput:.0f} and "
+            f"{again.summary.throughput:.0f} req/s (drift {outcome.drift or 0:.0%})"
+        )
+    shares = [t.generator_cpus for t in (defaults, again) if t is not None and t.generator_cpus is not None]
+    if shares and max(shares) > HUNGRY:
+        lines.append(f"the load generator took up to {max(shares):.2f} CPU while measuring: on a machine it shares "
+                     "with the servers, every figure here is the servers' and the generator's together")  # fmt: skip
+    return lines
 
 
 def _side(label: str, summary: Summary, held: bool) -> str:
@@ -161,32 +197,43 @@ def _side(label: str, summary: Summary, held: bool) -> str:
 
 
 def write_results(
-    out: Path, trials: Trials, costs: Costs, reasons: list[str], confirmation: Confirmation | None, settings: Settings
+    out: Path, trials: Trials, costs: Costs, reasons: list[str], outcome: Outcome, settings: Settings
 ) -> list[str]:
-    """The Pareto plot, the winner's (or the closest's) config and trials.json; a line on each."""
-    load, choice = trials.plan.load, trials.choice
+    """The Pareto plot, the confirmed setting's config (tuned.toml, or closest.toml when none met
+    the objective; none when the defaults are the answer) and trials.json; a line on each."""
+    load, choice, decision = trials.plan.load, trials.choice, outcome.decision
     best = None if choice is None else choice.chosen
     chosen = best if choice is not None and choice.met else None
     written = [plot_pareto(trials.done, load, choice, out / "pareto.png")]
-    if best is not None and best.summary is not None:
-        knobs = best.knobs.resolved(best.served) if best.name == DEFAULTS else best.knobs
-        name = "tuned.toml" if chosen is not None else "closest.toml"
-        comment = (f"inferpool tune: {verdict(choice, load)}\n"
-                   f"workload: {load.describe()}; serve with: inferpool serve --config {out / name}")  # fmt: skip
-        written.append(f"config: {write_config(out / name, settings, knobs, comment)}")
+    config = None
+    if decision.confirmed and best is not None:
+        config = out / ("tuned.toml" if chosen is not None else "closest.toml")
+        comment = (f"inferpool tune: {verdict(choice, load)}\n{decision.reason}\n"
+                   f"workload: {load.describe()}; serve with: inferpool serve --config {config}")  # fmt: skip
+        written.append(f"config: {write_config(config, settings, best.knobs, comment)}")
+    else:
+        written.append("no config written: the defaults are the answer (serve with the settings given here)")
     report: dict[str, Any] = {
         "objective_p99_ms": load.p99_seconds * 1e3,
         "workload": load.describe(),
         "costs_us": {f"{b} x{t} b{s}": round(v * 1e6, 1) for (b, t, s), v in sorted(costs.calls.items())},
         "gil_share": costs.gil_share,
         "pruned": reasons,
+        "placement": asdict(trials.plan.placement),
         "trials": [asdict(t) for t in trials.done],
-        "winner": None if chosen is None else chosen.name,
+        "defaults_again": None if outcome.again is None else asdict(outcome.again),
+        "drift": outcome.drift,
+        "winner": None if chosen is None else chosen.name,  # the trials' (inferpool.cli.tune_rank)
         "closest": None if chosen is not None or best is None else best.name,
         "closest_miss": None
         if chosen is not None or best is None or best.summary is None
         else round(miss(best.summary, load), 3),  # p99 over the objective's (inferpool.cli.tune_rank.miss)
-        "confirmation": None if confirmation is None else asdict(confirmation),
+        "confirmation": None if outcome.confirmation is None else asdict(outcome.confirmation),
+        "answer": decision.answer,
+        "confirmed": decision.confirmed,
+        "bar": round(decision.bar, 3),
+        "reason": decision.reason,
+        "config": None if config is None else str(config),
         "seconds_used": round(trials.budget.used(), 1),
         "budget_seconds": trials.budget.seconds,
     }

@@ -31,11 +31,12 @@ from typing import Any
 
 from inferpool.cli.tune_budget import Budget
 from inferpool.cli.tune_config import write_config
+from inferpool.cli.tune_measure import SHARED, Placement, measure
 from inferpool.cli.tune_progress import Progress
 from inferpool.cli.tune_rank import DEFAULTS, Choice, choose, p99_noise
 from inferpool.cli.tune_space import Knobs, Load
 from inferpool.config import Settings
-from inferpool.harness.load import Summary, Window, Workload, run_load
+from inferpool.harness.load import Summary, Window, Workload
 from inferpool.harness.server import Command, inferpool_serve, launch
 
 SERVE = (sys.executable, "-m", "inferpool.cli.main")  # this interpreter's InferPool, whatever is on PATH
@@ -61,6 +62,8 @@ class Trial:
     """Half the spread of the p99s of consecutive parts of its answers (inferpool.cli.tune_rank)."""
     served: dict[str, Any] = field(default_factory=dict)
     """What the server says it runs (GET /v2/models/{name}/config): ``auto``'s choices."""
+    generator_cpus: float | None = None
+    """The load generator's CPU share while measuring (inferpool.cli.tune_measure)."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,7 @@ class Plan:
     workload: Workload
     warmup: float
     seconds: float
+    placement: Placement = SHARED
 
 
 class Trials:
@@ -113,8 +117,9 @@ class Trials:
         stack, started = ExitStack(), time.monotonic()
         try:
             server = stack.enter_context(
-                launch(command, name=f"tune-{trial.name}", ready_timeout=max(1.0, ready), stop_timeout=STOP_TIMEOUT)
-            )
+                launch(command, name=f"tune-{trial.name}", ready_timeout=max(1.0, ready), stop_timeout=STOP_TIMEOUT,
+                       cpus=plan.placement.servers)
+            )  # fmt: skip
         except (RuntimeError, TimeoutError) as exc:  # refused its settings, crashed, or too slow to start
             trial.status = "failed: " + _first_line(exc)
             self.done.append(trial)
@@ -144,22 +149,43 @@ class Trials:
         config = write_config(self.workdir / f"{trial.name}.toml", self.plan.settings, trial.knobs)
         return inferpool_serve("--config", str(config), *trial.knobs.flags(), *TRIAL_FLAGS, program=SERVE)
 
-    def _measure(self, trial: Trial, port: int, seconds: float, order: str) -> None:
+    def _measure(self, trial: Trial, port: int, seconds: float, order: str, compete: bool = True) -> None:
+        """``compete``: stopped early once it cannot win; else only on errors (a repeat, which
+        must be as long as its first run to be compared with it)."""
         plan, stopped = self.plan, [""]
 
         def check(window: Window) -> bool:
-            best = self.best.summary if self.best is not None and self.best.met else None
+            best = self.best.summary if compete and self.best is not None and self.best.met else None
             stopped[0] = early_stop(window, seconds, plan.load, best)
             eta = self.eta(seconds - window.elapsed() + STOP_SECONDS)
             self.progress.update(f"{order} {label(trial.knobs)}: {_brief(window.summary())}", eta)
             return bool(stopped[0])
 
-        window = run_load(port, plan.workload, plan.warmup, seconds, check)
-        summary = trial.summary = window.summary()
-        trial.p99_noise_ms = p99_noise(window.latencies)
+        measured = measure(port, plan.workload, seconds, check, plan.warmup)
+        summary = trial.summary = measured.summary
+        trial.generator_cpus = measured.generator_cpus
+        trial.p99_noise_ms = p99_noise(measured.window.latencies)
         trial.met = not stopped[0] and plan.load.met_by(summary)
         trial.status = f"stopped: {stopped[0]}" if stopped[0] else "met" if trial.met else "missed"
         self.progress.say(f"{order} {label(trial.knobs)}: {_brief(summary)} -> {trial.status}")
+
+    def again(self, trial: Trial, name: str) -> Trial | None:
+        """``trial`` measured once more on its kept server, the same way, as ``name`` (the
+        defaults at the end of the search: how far they drifted); None without its server."""
+        port = self.port(trial)
+        if port is None:
+            return None
+        repeat = Trial(name, trial.knobs, served=trial.served, startup_seconds=trial.startup_seconds)
+        self.progress.update(f"{name}: {label(trial.knobs)} again", self.eta(self.plan.warmup + self.plan.seconds))
+        try:
+            self._measure(repeat, port, self.plan.seconds, name, compete=False)
+        except OSError as exc:
+            repeat.status = "failed: " + _first_line(exc)
+        return repeat
+
+    def again_seconds(self) -> float:
+        """What ``again`` takes: the server is up, so no start-up."""
+        return self.plan.warmup + self.plan.seconds + 1.0
 
     def eta(self, current: float = 0.0) -> float:
         """Seconds to the end: the current trial's ``current``, the queued trials the budget
@@ -191,7 +217,7 @@ class Trials:
         try:
             server = stack.enter_context(
                 launch(self._command(trial), name=f"tune-{trial.name}", ready_timeout=within,
-                       stop_timeout=STOP_TIMEOUT)
+                       stop_timeout=STOP_TIMEOUT, cpus=self.plan.placement.servers)
             )  # fmt: skip
         except (RuntimeError, TimeoutError) as exc:
             self.progress.say(f"{trial.name} did not start again: {_first_line(exc)}")

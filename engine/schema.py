@@ -132,8 +132,15 @@ def _json_range(dtype: str) -> dict[str, Any]:
     """The values the dtype can hold, so that a schema-valid request is an acceptable one."""
     kind = np.dtype(dtype).kind
     if kind == "f":
-        limit = float(np.finfo(dtype).max)
-        return {"minimum": -limit, "maximum": limit}
+        floats = np.finfo(dtype)
+        limit = float(floats.max)
+        # A JSON number is read as a float64, then cast: whatever rounds to the dtype's largest
+        # value is taken (3.402823466385289e38 for float32), up to half its last step, which
+        # rounds to infinity (ties to even) and is refused.
+        half_step = 2.0 ** (floats.maxexp - 2 - floats.nmant)
+        if limit + half_step == float("inf"):  # float64: every finite JSON number fits
+            return {"minimum": -limit, "maximum": limit}
+        return {"exclusiveMinimum": -(limit + half_step), "exclusiveMaximum": limit + half_step}
     if kind in "iu":
         info = np.iinfo(dtype)
         return {"minimum": int(info.min), "maximum": int(info.max)}

@@ -76,7 +76,8 @@ def capacity(url: str, payload_name: str) -> float:
 
 def overload(url: str, payload_name: str, rate: float, seconds: float, deadline_ms: float) -> dict[str, Any]:
     payload = PAYLOADS[payload_name]()
-    payload = replace(payload, headers=(*payload.headers, ("x-request-timeout-ms", f"{deadline_ms:g}")))
+    header = str(max(1, round(deadline_ms)))  # the header takes whole milliseconds
+    payload = replace(payload, headers=(*payload.headers, ("x-request-timeout-ms", header)))
     # Enough connections for every request that may be in flight at once (the server answers
     # each within about its deadline), or the generator, not the server, would hold requests back.
     connections = max(8, min(1024, round(rate * deadline_ms / 1e3 * 2)))

@@ -16,7 +16,6 @@ Beyond LISTED_BATCHES the spec is stricter than the server, and says so.
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -38,6 +37,7 @@ from inferpool.service.openapi_schemas import (
     zeros,
 )
 from inferpool.service.routes.v2 import VERSION
+from inferpool.service.timing import MIN_TIMEOUT_MS, TIMEOUT_PATTERN
 
 PREDICT_REQUEST: dict[str, Any] = {
     "required": True,
@@ -135,19 +135,22 @@ TIMEOUT: dict[str, Any] = {
     "name": "X-Request-Timeout-Ms",
     "in": "header",
     "required": False,
-    "description": "This request's deadline in milliseconds (default: request_timeout_ms). Past it the answer "
-    "is a 504; a request the queue ahead would make late is refused at once with a 503.",
-    "schema": {"type": "number", "exclusiveMinimum": 0, "maximum": sys.float_info.max},
+    "description": f"This request's deadline: an unsigned integer of milliseconds, {MIN_TIMEOUT_MS} or more, "
+    "without leading zeros (default: request_timeout_ms); anything else (0, 0.5, 1e3, +5) is a 400. Past it the "
+    "answer is a 504; a request the queue ahead would make late is refused at once with a 503.",
+    # A string with a pattern, not an integer: a header is text, and a validator reading "250"
+    # against an integer schema calls it invalid (schemathesis does).
+    "schema": {"type": "string", "pattern": TIMEOUT_PATTERN},
 }
-HEADER_LENGTH: dict[str, Any] = {
-    "name": "Inference-Header-Content-Length",
-    "in": "header",
-    "required": False,
-    "description": "The binary tensor data extension: the body is this many bytes of the JSON request, then "
-    "the inputs whose parameters give a binary_data_size, in order, as raw little-endian bytes (BYTES: each "
-    "element a 4-byte little-endian length and its bytes). Omit it for an all-JSON body.",
-    "schema": {"type": "integer", "minimum": 0},
-}
+# Not a declared parameter: its valid values depend on the body (the JSON's byte length), which
+# JSON Schema cannot relate to a header, so a fuzzer would send lengths the spec calls valid and
+# the server must refuse. The operation's description says it instead.
+HEADER_LENGTH = (
+    "The binary tensor data extension: send `Inference-Header-Content-Length: N` and the body is N bytes of the "
+    "JSON request, then the inputs whose parameters give a binary_data_size, in order, as raw little-endian "
+    "bytes (BYTES: each element a 4-byte little-endian length and its bytes). Omit it, or send 0 (Triton's "
+    '"no binary data"), for an all-JSON body.'
+)
 ANSWER_HEADERS: dict[str, Any] = {
     "X-Request-Id": {"description": "The request's id (yours or a generated one).", "schema": {"type": "string"}},
 }
@@ -269,7 +272,8 @@ def _predict_operation(operation: dict[str, Any], model: Served) -> None:
 def _infer_operation(operation: dict[str, Any], model: Served, versioned: bool) -> None:
     # The raw infer route reads the version from the path only: no query parameter.
     operation["parameters"] = [p for p in operation["parameters"] if versioned or p["name"] != "version"]
-    operation["parameters"] += [TIMEOUT, HEADER_LENGTH]
+    operation["parameters"] += [TIMEOUT]
+    operation["description"] = HEADER_LENGTH
     operation["requestBody"] = {
         "required": True,
         "content": {

@@ -14,7 +14,7 @@ from typing import Any
 from inferpool.engine import Handler, Schema, TensorSpec
 from inferpool.service.routes.v2 import VERSION
 from inferpool.service.v2codec import metadata
-from inferpool.service.v2types import DATATYPES
+from inferpool.service.v2types import DATATYPES, MIN_TIMEOUT_US
 
 LISTED_BATCHES = 32  # the most v2 batch sizes the spec lists one by one (the module docstring says why)
 # orjson reads a larger JSON integer as a float, which is not an integer to the server.
@@ -174,9 +174,9 @@ def describe_v2_infer(served: Served) -> dict[str, Any]:
                 "properties": {
                     "timeout": {
                         "type": "integer",
-                        "minimum": 1,
+                        "minimum": MIN_TIMEOUT_US,
                         "maximum": _JSON_INT_MAX,
-                        "description": "Deadline in µs.",
+                        "description": f"Deadline in µs, {MIN_TIMEOUT_US} (1 ms) or more: a shorter one is a 400.",
                     },
                     "binary_data_output": {"type": "boolean", "description": "All outputs as binary data."},
                 },

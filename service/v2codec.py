@@ -32,6 +32,7 @@ from inferpool.service.v2types import (
     check_meta,
     join_bytes,
     split_bytes,
+    timeout_ms,
     v2_type,
 )
 
@@ -73,7 +74,8 @@ def parse_request(
         digits = header_length.isascii() and header_length.isdigit() and len(header_length) <= _MAX_LENGTH_DIGITS
         if not digits or int(header_length) > len(body):
             raise bad(f"Inference-Header-Content-Length {header_length!r} is not a length within the body")
-        json_end = int(header_length)
+        # 0 is "no binary data", as in Triton: the whole body is the JSON (the spec's minimum).
+        json_end = int(header_length) or len(body)
     try:
         header = orjson.loads(memoryview(body)[:json_end])
     except orjson.JSONDecodeError as exc:
@@ -89,9 +91,9 @@ def parse_request(
         inputs[name] = array
     if offset != len(body):
         raise bad(f"the body has {len(body) - offset} bytes beyond the binary inputs it declares")
-    requested = header.get("outputs")
     outputs = None
-    if requested is not None:
+    if "outputs" in header:  # null too is not a list: the spec says a list, when given
+        requested = header["outputs"]
         if not isinstance(requested, list):
             raise bad('"outputs" must be a list')
         outputs = {}
@@ -103,7 +105,7 @@ def parse_request(
             out_parameters = _object(out.get("parameters", {}), f"output '{out_name}' parameters")
             outputs[out_name] = _flag(out_parameters, "binary_data", f"output '{out_name}' parameter")
     request_id = header.get("id")
-    if request_id is not None and not isinstance(request_id, str):
+    if "id" in header and not isinstance(request_id, str):
         raise bad(f"'id' must be a string; got {_kind(request_id)}")
     return InferRequest(
         inputs,
@@ -123,21 +125,26 @@ def _flag(parameters: Mapping[str, Any], key: str, what: str) -> bool:
 
 
 def _timeout_ms(parameters: Mapping[str, Any]) -> float | None:
-    """The "timeout" parameter: a positive integer of microseconds (Triton's type for it)."""
-    timeout_us = parameters.get("timeout")
-    if timeout_us is None:
+    """The "timeout" parameter: an integer of microseconds (Triton's type for it), 1 ms or more."""
+    if "timeout" not in parameters:  # null is not an integer: refused below
         return None
-    whole = whole_number(timeout_us)
-    if whole is None or not 0 < whole <= UINT64_MAX:
-        raise bad(f"parameter 'timeout' must be a positive integer of microseconds; got {timeout_us!r}")
-    return whole / 1e3
+    timeout_us = parameters["timeout"]
+    return timeout_ms(whole_number(timeout_us), repr(timeout_us))
+
+
+def whole_number(value: object) -> int | None:
+    """A JSON integer as JSON Schema counts them (2500 and 2500.0 alike: the spec cannot tell
+    them apart, and fuzzers send both), else None; never a boolean. Not for shapes: Triton
+    refuses 1.0 there, and so does ``_dims``."""
+    if _is_int(value):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
 
 
 def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)  # JSON true is not 1
-
-
-UINT64_MAX = 2**64 - 1  # Triton's type for "timeout"
 
 
 def _dims(shape: object) -> list[int] | None:
@@ -146,21 +153,12 @@ def _dims(shape: object) -> list[int] | None:
         return None
     dims = []
     for value in shape:
-        dim = whole_number(value)
-        if dim is None or dim < 0:
+        # Integers as JSON writes them: 1.0 is refused, as Triton refuses it (the spec's
+        # integers, tests/e2e/service/test_fuzz.py, are generated and checked the same way).
+        if not _is_int(value) or value < 0:
             return None
-        dims.append(dim)
+        dims.append(value)
     return dims
-
-
-def whole_number(value: object) -> int | None:
-    """A JSON integer as JSON Schema counts them (4112 and 4112.0 alike: JSON has one number
-    type, so the spec cannot tell them apart), else None; never a boolean."""
-    if _is_int(value):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return None
 
 
 def _kind(value: object) -> str:
@@ -189,7 +187,7 @@ def _input(
     numel = math.prod(shape)
     raw = _object(tensor.get("parameters", {}), f"input '{name}' parameters").get("binary_data_size")
     if raw is not None:
-        size = whole_number(raw)
+        size = raw if _is_int(raw) else None
         if size is None or size != numel * dtype.itemsize:
             raise bad(
                 f"input '{name}': binary_data_size {raw!r} does not match shape {shape} of {datatype} "
@@ -239,7 +237,7 @@ def _bytes_input(
     raw = _object(tensor.get("parameters", {}), f"input '{name}' parameters").get("binary_data_size")
     items: list[object]
     if raw is not None:
-        size = whole_number(raw)
+        size = raw if _is_int(raw) else None
         if size is None or size < 0 or offset + size > len(body):
             raise bad(f"input '{name}': binary_data_size {raw!r} does not fit in the body")
         items = list(split_bytes(name, memoryview(body)[offset : offset + size]))

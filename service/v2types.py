@@ -13,6 +13,7 @@ import numpy as np
 
 from inferpool.engine.schema import Array
 from inferpool.service.apierror import ApiError
+from inferpool.service.timing import MIN_TIMEOUT_MS
 
 DATATYPES = {
     "BOOL": "bool", "UINT8": "uint8", "UINT16": "uint16", "UINT32": "uint32", "UINT64": "uint64",
@@ -26,8 +27,22 @@ _V2_OF_DTYPE = {np.dtype(numpy): v2 for numpy, v2 in V2_TYPES.items()}
 LITTLE = {v2: np.dtype(numpy).newbyteorder("<") for v2, numpy in DATATYPES.items()}
 
 
+UINT64_MAX = 2**64 - 1  # Triton's type for "timeout"
+MIN_TIMEOUT_US = MIN_TIMEOUT_MS * 1000  # the header's least (inferpool.service.timing says why)
+
+
 def bad(message: str) -> ApiError:
     return ApiError(400, message, "invalid_input")
+
+
+def timeout_ms(timeout_us: int | None, given: str) -> float:
+    """The "timeout" parameter (``timeout_us``, None when not an integer; ``given``: how it came,
+    for the message), in ms: an integer of microseconds from MIN_TIMEOUT_US to UINT64_MAX."""
+    if timeout_us is None or not MIN_TIMEOUT_US <= timeout_us <= UINT64_MAX:
+        raise bad(
+            f"parameter 'timeout' must be an integer of microseconds, {MIN_TIMEOUT_US} (1 ms) or more; got {given}"
+        )
+    return timeout_us / 1e3
 
 
 @dataclass(frozen=True, slots=True)

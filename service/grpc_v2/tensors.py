@@ -19,7 +19,6 @@ import numpy as np
 
 from inferpool.engine.schema import Array
 from inferpool.service.grpc_v2 import inference_pb2 as pb
-from inferpool.service.v2codec import UINT64_MAX
 from inferpool.service.v2types import (
     DATATYPES,
     LITTLE,
@@ -29,6 +28,7 @@ from inferpool.service.v2types import (
     check_meta,
     join_bytes,
     split_bytes,
+    timeout_ms,
     v2_type,
 )
 
@@ -108,15 +108,14 @@ CONTENTS_DTYPE = {
 
 
 def _timeout_ms(parameters: Mapping[str, pb.InferParameter]) -> float | None:
-    """The "timeout" parameter: a positive integer of microseconds (Triton sends int64)."""
+    """The "timeout" parameter: an integer of microseconds (Triton sends int64), 1 ms or more."""
     if "timeout" not in parameters:
         return None
     given = parameters["timeout"]
     kind = given.WhichOneof("parameter_choice")
     value: object = getattr(given, kind) if kind is not None else None
-    if kind not in ("int64_param", "uint64_param") or not isinstance(value, int) or not 0 < value <= UINT64_MAX:
-        raise bad(f"parameter 'timeout' must be a positive integer of microseconds; got {kind} {value!r}")
-    return value / 1e3
+    whole = value if kind in ("int64_param", "uint64_param") and isinstance(value, int) else None
+    return timeout_ms(whole, f"{kind} {value!r}")
 
 
 def encode(

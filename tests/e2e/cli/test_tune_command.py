@@ -1,6 +1,7 @@
 """`inferpool tune` for real: the MLP on real servers with a small budget. It completes within the
-budget, chooses only a trial that met the objective, and writes a config that `serve` loads and
-serves with."""
+budget, chooses only a trial that met the objective, measures the defaults at the start and
+the end, and writes a config that `serve` loads and serves with only when the confirmation shows
+it ahead of the defaults (else it says the defaults are the answer)."""
 
 from __future__ import annotations
 
@@ -46,7 +47,10 @@ def test_it_prints_every_trial_the_winner_and_the_confirmation(tuned):
     assert "x the defaults'" in done.stdout
     assert report["confirmation"]["held"] in (True, False)
     assert "search:" in done.stderr
-    assert (out / "tuned.toml").is_file()
+    assert "defaults at the start and the end of the search" in done.stdout
+    assert report["defaults_again"]["summary"]["throughput"] > 0
+    assert (out / "tuned.toml").is_file() is report["confirmed"]
+    assert report["confirmed"] or "the defaults are the answer" in done.stdout
 
 
 def test_the_winner_met_the_objective(tuned):
@@ -65,8 +69,15 @@ def test_the_winner_met_the_objective(tuned):
 
 
 def test_serve_loads_the_written_config_and_serves_with_it(tuned):
-    _, _, out, report = tuned
+    done, _, out, report = tuned
     path = out / "tuned.toml"
+    if not report["confirmed"]:  # the defaults are the answer: nothing to serve but what was given
+        assert report["answer"] == DEFAULTS
+        assert not path.exists()
+        assert "no config written: the defaults are the answer" in done.stdout
+        return
+    assert report["answer"] == report["winner"] != DEFAULTS
+    assert report["confirmation"]["ratio"] > 1 + report["bar"]
     with serving_the_written_config(path, report, report["winner"]) as server:
         # The packaged load generator's open loop, against the same server: on schedule, no error.
         window = run_load(server.port, Workload([json_request([0.5] * 64)], rate=200.0), warmup=0.3, duration=1.5)

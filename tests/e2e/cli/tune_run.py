@@ -4,6 +4,7 @@ it wrote is the trial's settings and serves."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ from inferpool.cli.tune_space import Knobs
 from inferpool.config import load_settings
 from inferpool.harness.client import KeepAlive
 from inferpool.harness.payloads import json_request
-from inferpool.harness.server import INFERPOOL, Server, inferpool_serve, launch
+from inferpool.harness.server import INFERPOOL, REPO_ROOT, Server, inferpool_serve, launch
 
 SLACK = 3.0  # the subprocess' own start and exit, beyond what the budget can see
 
@@ -31,6 +32,7 @@ def run_tune(out: Path, p99_ms: float, budget: float) -> tuple[subprocess.Comple
          "--p99-ms", str(p99_ms), "--concurrency", "4", "--budget", f"{budget:g}s", "--trial-seconds", "2",
          "--out", str(out)],
         capture_output=True, text=True, timeout=budget + 60,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},  # this checkout's inferpool, as the servers'
     )  # fmt: skip
     elapsed = time.monotonic() - started
     return done, elapsed, json.loads((out / "trials.json").read_text())

@@ -45,11 +45,11 @@ def test_a_request_past_its_deadline_gets_504_and_the_server_keeps_serving(slow)
         assert metric_total(http.get("/metrics").text, "inferpool_rejections_total", reason="deadline") >= 1
 
 
-@pytest.mark.parametrize("value", ["soon", "-5", "0", "inf"])
+@pytest.mark.parametrize("value", ["soon", "-5", "0", "inf", "0.5", "5e-324", "1e3"])
 def test_a_bad_timeout_header_is_a_400(slow, value):
     response = httpx2.post(slow.url + "/predict", json={"inputs": SAMPLE}, headers={"X-Request-Timeout-Ms": value})
     assert response.status_code == 400
-    assert "must be a positive number of milliseconds" in response.json()["error"]
+    assert "must be an unsigned integer of milliseconds" in response.json()["error"]
 
 
 def test_admission_refuses_at_once_what_the_queue_would_make_late(slow):
@@ -64,7 +64,7 @@ def test_admission_refuses_at_once_what_the_queue_would_make_late(slow):
             clients.append(local.http)
         started = time.monotonic()
         response = local.http.post(
-            "/predict", json={"inputs": SAMPLE}, headers={"X-Request-Timeout-Ms": str(budget_ms)}
+            "/predict", json={"inputs": SAMPLE}, headers={"X-Request-Timeout-Ms": str(round(budget_ms))}
         )
         return response.status_code, time.monotonic() - started, response.headers.get("retry-after", "")
 

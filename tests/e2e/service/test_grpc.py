@@ -142,7 +142,9 @@ def test_requested_outputs_and_typed_contents(channel, reference, images):
         (lambda r: setattr(r, "model_version", "2"), grpc.StatusCode.NOT_FOUND, "no version '2'"),
         (lambda r: r.outputs.add(name="logits"), grpc.StatusCode.INVALID_ARGUMENT, "['logits'] do not exist"),
         (lambda r: r.parameters["timeout"].CopyFrom(pb.InferParameter(string_param="5")),
-         grpc.StatusCode.INVALID_ARGUMENT, "positive integer of microseconds"),
+         grpc.StatusCode.INVALID_ARGUMENT, "integer of microseconds, 1000 (1 ms) or more"),
+        (lambda r: r.parameters["timeout"].CopyFrom(pb.InferParameter(int64_param=999)),
+         grpc.StatusCode.INVALID_ARGUMENT, "integer of microseconds, 1000 (1 ms) or more"),
     ],
 )  # fmt: skip
 def test_bad_requests_name_the_problem(channel, change, code, words):

@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 from inferpool.config import load_settings
 from inferpool.service.app import create_app
 from inferpool.service.openapi_schemas import LISTED_BATCHES
+from inferpool.service.v2codec import HEADER_LENGTH
 from tests.integration.service.conftest import app_client
 
 SAMPLE = [[[0.0] * 8] * 8]  # one digits sample, [1, 8, 8]
@@ -63,7 +64,7 @@ def test_several_models_get_one_path_each_where_the_body_depends_on_it(tmp_path)
 def test_headers_the_server_reads_are_declared(spec):
     infer = spec["paths"]["/v2/models/{name}/infer"]["post"]
     names = {p["name"] for p in infer["parameters"] if p["in"] == "header"}
-    assert names == {"X-Request-Id", "X-Request-Timeout-Ms", "Inference-Header-Content-Length"}
+    assert names == {"X-Request-Id", "X-Request-Timeout-Ms"}  # Inference-Header-Content-Length: described
     assert "example" in infer["requestBody"]["content"]["application/json"]  # /docs fills in a valid one
     assert "version" not in {p["name"] for p in infer["parameters"]}  # the raw route reads no query
     assert "Server-Timing" in infer["responses"]["200"]["headers"]
@@ -85,6 +86,8 @@ def test_headers_the_server_reads_are_declared(spec):
         (tensor([1, 1, 8, 8], [0.0] * 64) | {"outputs": [{"name": "nope"}]}, False),
         (tensor([1, 1, 8, 8], [0.0] * 64) | {"id": 7}, False),
         (tensor([1, 1, 8, 8], [0.0] * 64) | {"parameters": {"timeout": 0}}, False),
+        (tensor([1, 1, 8, 8], [0.0] * 64) | {"parameters": {"timeout": 999}}, False),  # under 1 ms
+        (tensor([1, 1, 8, 8], [0.0] * 64) | {"parameters": {"timeout": 1000}}, True),
     ],
 )
 def test_v2_body_is_as_strict_as_the_server(spec, body, valid):
@@ -96,3 +99,39 @@ def test_batches_beyond_the_listed_ones_are_said_to_exist():
         schema = client.get("/openapi.json").json()["components"]["schemas"]["V2InferRequest_digits"]
     assert len(schema["anyOf"]) == LISTED_BATCHES
     assert "up to 1024" in schema["description"]
+
+
+def _accepts(schema: dict[str, Any], value: object) -> bool:
+    return jsonschema.Draft202012Validator(schema).is_valid(value)
+
+
+@pytest.mark.parametrize(
+    ("header", "valid"),
+    [
+        ("1", True), ("2500", True), ("0", False), ("0.5", False), ("5e-324", False), ("1e3", False),
+        ("-5", False), ("+5", False), ("0250", False), ("9" * 20, False),
+    ],
+)  # fmt: skip
+def test_the_deadline_header_the_spec_takes_is_the_one_the_server_takes(spec, header, valid):
+    """(A 1 ms deadline is taken, but a loaded machine can miss it: a 504, documented; not sent here.)"""
+    infer = spec["paths"]["/predict"]["post"]
+    schema = next(p["schema"] for p in infer["parameters"] if p["name"] == "X-Request-Timeout-Ms")
+    assert _accepts(schema, header) is valid
+    if header == "1":
+        return
+    with app_client("--runtime.backend", "eager") as client:
+        answer = client.post("/predict", json={"inputs": SAMPLE}, headers={"X-Request-Timeout-Ms": header})
+    assert answer.status_code == (200 if valid else 400), answer.text
+
+
+def test_the_binary_header_is_described_not_declared_and_zero_means_all_json(spec):
+    """Its valid values are the body's JSON length, which a schema cannot relate to a header:
+    declared, any fuzzer sends lengths the spec calls valid and the server must refuse."""
+    infer = spec["paths"]["/v2/models/{name}/infer"]["post"]
+    assert "Inference-Header-Content-Length" not in {p["name"] for p in infer["parameters"]}
+    assert "send 0" in infer["description"]
+    with app_client("--runtime.backend", "eager") as client:
+        answer = client.post(
+            "/v2/models/digits/infer", json=tensor([1, 1, 8, 8], [0.0] * 64), headers={HEADER_LENGTH: "0"}
+        )
+    assert answer.status_code == 200, answer.text

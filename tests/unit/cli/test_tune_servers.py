@@ -14,6 +14,7 @@ import pytest
 
 import inferpool.cli.tune_budget
 import inferpool.cli.tune_confirm
+import inferpool.cli.tune_measure
 import inferpool.cli.tune_trials
 from inferpool.cli.tune_budget import EXIT_MARGIN, Budget
 from inferpool.cli.tune_confirm import OVERHEAD, ROUNDS, confirm, fitting_slice, reserve, shortest, slice_seconds
@@ -82,7 +83,7 @@ def test_the_chosen_trial_is_started_again_when_its_server_was_stopped(tmp_path,
     started: list[float] = []
 
     @contextmanager
-    def launch(command, *, name, ready_timeout, stop_timeout) -> Iterator[SimpleNamespace]:
+    def launch(command, *, name, ready_timeout, stop_timeout, cpus=None) -> Iterator[SimpleNamespace]:
         started.append(ready_timeout)
         yield SimpleNamespace(port=9999)
 
@@ -120,12 +121,12 @@ def test_the_confirmation_never_runs_past_the_budget(clock, monkeypatch, budget_
     budget's deadline (which keeps EXIT_MARGIN for stopping the servers and writing the files)."""
     slices: list[float] = []
 
-    def run_load(port, workload, warmup, duration) -> Window:
+    def run_load(port, workload, warmup, duration, check=None) -> Window:
         clock.now += warmup + duration + OVERHEAD
         slices.append(duration)
         return Window(start=0.0, latencies=[0.005] * 100, end=duration)
 
-    monkeypatch.setattr(inferpool.cli.tune_confirm, "run_load", run_load)
+    monkeypatch.setattr(inferpool.cli.tune_measure, "run_load", run_load)
     budget = Budget(budget_seconds, start=clock.now - (budget_seconds - EXIT_MARGIN - left))
     assert budget.left() == pytest.approx(left)
     workload = Workload([json_request([0.0])], concurrency=4)

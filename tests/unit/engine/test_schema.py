@@ -85,8 +85,14 @@ def test_bare_array_only_for_single_input_models():
 def test_json_schema_describes_one_sample():
     schema = IMAGE.json_schema()
     assert schema["minItems"] == schema["maxItems"] == 1
-    limit = float(np.finfo(np.float32).max)  # schema-valid numbers must also fit the dtype
-    assert schema["items"]["items"]["items"] == {"type": "number", "minimum": -limit, "maximum": limit}
+    # Schema-valid numbers must also fit the dtype: up to what rounds to float32's largest value.
+    bound = float(np.finfo(np.float32).max) + 2.0**103  # half the last step: rounds to infinity
+    numbers = schema["items"]["items"]["items"]
+    assert numbers == {"type": "number", "exclusiveMinimum": -bound, "exclusiveMaximum": bound}
+    taken, refused = np.nextafter(bound, 0), bound
+    assert np.isfinite(IMAGE.coerce([[[[taken] * 8] * 8]], strict=True)[0]).all()
+    with pytest.raises(InvalidInput, match=r"out of range|NaN or infinity"):
+        IMAGE.coerce([[[[refused] * 8] * 8]], strict=True)
     assert TensorSpec("mask", "int64", (None, 3)).json_schema()["items"] == {
         "type": "integer",
         "minimum": -(2**63),

@@ -85,9 +85,11 @@ def test_timeout_parameter_in_microseconds():
     request = _request("FP32", (1,), fp32_contents=[1.0])
     request.parameters["timeout"].int64_param = 2500
     assert decode(request, {}).timeout_ms == 2.5
-    request.parameters["timeout"].int64_param = -1
-    with pytest.raises(ApiError, match="positive integer of microseconds"):
-        decode(request, {})
+    for too_short in (-1, 0, 999):  # under 1 ms: a deadline no model here can meet is invalid
+        request.parameters["timeout"].int64_param = too_short
+        with pytest.raises(ApiError, match=r"integer of microseconds, 1000 \(1 ms\) or more") as refused:
+            decode(request, {})
+        assert refused.value.status == 400
 
 
 def test_encode_answers_raw_in_the_requested_order():
