@@ -47,6 +47,10 @@ class JsonFormatter(logging.Formatter):
             entry["model"] = model
         if version:
             entry["version"] = version
+        access = getattr(record, "access", None)
+        if access is not None:  # an access-log line (service/observe.py): its fields, not their text
+            entry["message"] = "access"
+            entry.update((key, value) for key, value in access.items() if key not in entry)
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return orjson.dumps(entry).decode()

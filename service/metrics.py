@@ -321,6 +321,12 @@ class Inference:
     encode_seconds: float
     batch_size: int
     batch_seconds: float = 0.0
+    received: float = 0.0
+    """``time.perf_counter()`` when the body began to arrive; with ``parsed``, ``encoding`` and the
+    engine's ``dispatched`` (``time.monotonic()``) it places the phases in time, for traces."""
+    parsed: float = 0.0
+    encoding: float = 0.0
+    dispatched: float = 0.0
     version: str = field(default_factory=_served_version)
     """The model's version label; by default the one the request resolved (ModelHost.get), so
     that every front end's observations carry it without passing it along."""
