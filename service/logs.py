@@ -50,7 +50,7 @@ class JsonFormatter(logging.Formatter):
         access = getattr(record, "access", None)
         if access is not None:  # an access-log line (service/observe.py): its fields, not their text
             entry["message"] = "access"
-            entry.update((key, value) for key, value in access.items() if key not in entry)
+            entry.update((key, value) for key, value in access.items() if key not in entry and value is not None)
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return orjson.dumps(entry).decode()

@@ -36,6 +36,9 @@ REDACTED = "[redacted]"
 HTTP_TIMEOUT_SECONDS = 5.0
 STOP_SECONDS = 2.0
 CLOUDEVENT_TYPE = "org.inferpool.inference."  # + "request" / "response"
+PAYLOAD_KEYS = frozenset(
+    f"{side}{part}" for side in ("request", "response") for part in ("", "_message", "_json_length", "_encoding")
+)
 Record = dict[str, Any]
 """What the door hands over: metadata, and the payloads still raw (``request``/``response`` bytes
 with ``request_json_length``/``response_json_length`` for v2 binary bodies, or ``request_message``/
@@ -92,7 +95,7 @@ def _snake(name: str) -> str:
 
 def render(record: Record, names: frozenset[str]) -> Record:
     """The record as written: metadata, then ``request`` and ``response`` as JSON."""
-    out = {k: v for k, v in record.items() if not k.startswith(("request", "response"))}
+    out = {k: v for k, v in record.items() if k not in PAYLOAD_KEYS}
     out["time"] = datetime.fromtimestamp(record["time"], UTC).isoformat(timespec="milliseconds")
     for side in ("request", "response"):
         if f"{side}_message" in record:
