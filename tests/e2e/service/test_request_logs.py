@@ -181,7 +181,12 @@ class _Sink(BaseHTTPRequestHandler):
 @contextmanager
 def _sink_server(stall: bool) -> Iterator[tuple[str, type[_Sink]]]:
     """The sink's URL and handler class (its ``events``), stopped on the way out."""
-    handler = type("Sink", (_Sink,), {"events": [], "stall": threading.Event()})
+
+    class Sink(_Sink):  # a class per sink: its own events
+        events: list[tuple[dict[str, str], Any]] = []  # noqa: RUF012 -- filled by the handler instances
+        stall = threading.Event()
+
+    handler = Sink
     if stall:
         handler.stall.set()
     server = ThreadingHTTPServer(("127.0.0.1", free_port()), handler)
