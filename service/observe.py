@@ -182,8 +182,20 @@ class Observer:
                 encode_ms=round(inference.encode_seconds * 1e3, 3),
                 batch_size=inference.batch_size,
             )
-        message = " ".join(f"{key}={value}" for key, value in fields.items() if value is not None)
-        access_log.info("%s", message, extra={"access": fields})
+        access_log.info("%s", _Line(fields), extra={"access": fields})
+
+
+class _Line:
+    """The plain format's text of an access line, made only if a formatter asks for it (the
+    JSON one takes the fields)."""
+
+    __slots__ = ("fields",)
+
+    def __init__(self, fields: dict[str, Any]) -> None:
+        self.fields = fields
+
+    def __str__(self) -> str:
+        return " ".join(f"{key}={value}" for key, value in self.fields.items() if value is not None)
 
 
 def _model_attributes(attributes: dict[str, Any], model: str, version: str, inference: Inference | None) -> None:

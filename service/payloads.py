@@ -64,8 +64,14 @@ def redact(document: Any, names: frozenset[str]) -> Any:
     return document
 
 
-def http_payload(body: bytes, json_length: int | None, encoding: str | None, names: frozenset[str]) -> Any:
-    """An HTTP body as JSON (v2's binary part by its size)."""
+def http_payload(
+    body: bytes, json_length: int | None, encoding: str | None, names: frozenset[str], parsed: bool = False
+) -> Any:
+    """An HTTP body as JSON (v2's binary part by its size). ``parsed``: the server already
+    read it as JSON (an answered request, or its answer), so with nothing to redact or cut
+    out it is copied as it is, not decoded and encoded again (a third of the writer's time)."""
+    if parsed and not names and json_length is None and encoding is None:
+        return orjson.Fragment(body)
     if encoding in ("gzip", "deflate"):
         try:
             body = zlib.decompress(body, 47)  # 47: gzip or zlib, by the header
@@ -102,7 +108,8 @@ def render(record: Record, names: frozenset[str]) -> Record:
             out[side] = grpc_payload(record[f"{side}_message"], names)
         else:
             body = record.get(side, b"")
-            out[side] = http_payload(body, record.get(f"{side}_json_length"), record.get(f"{side}_encoding"), names)
+            length, encoding = record.get(f"{side}_json_length"), record.get(f"{side}_encoding")
+            out[side] = http_payload(body, length, encoding, names, record.get("status") == 200)
     return out
 
 

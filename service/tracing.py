@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
@@ -25,16 +26,15 @@ from typing import TYPE_CHECKING, Any
 from inferpool.service.metrics import Inference
 
 if TYPE_CHECKING:  # the otel extra: imported at start() only
-    from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SpanExporter
-    from opentelemetry.trace import SpanContext, Tracer
+    from opentelemetry.trace import SpanContext
 
 log = logging.getLogger(__name__)
 TRACE_HEADERS = ("traceparent", "tracestate")
 BATCHES_REMEMBERED = 256
 """Recent batches' spans, by (model, dispatch time): the requests of one batch finish within
 microseconds of each other, so this only has to outlive one batch's answers."""
-SHUTDOWN_MILLIS = 2000  # what the drain may wait for spans still queued (a collector may be down)
+SHUTDOWN_SECONDS = 2.0  # what the exit may wait for spans still queued (a collector may be down)
 
 
 def _otlp_http() -> SpanExporter:
@@ -81,20 +81,32 @@ def _clock_offsets() -> tuple[int, int]:
 
 
 class Tracing:
-    """One serving process's tracer; ``start`` after the fork, ``stop`` at the drain's end."""
+    """One serving process's tracer; ``start`` after the fork, ``stop`` at the drain's end.
+
+    The spans are the SDK's ``ReadableSpan`` made whole (ids, times, attributes) and handed to
+    its ``BatchSpanProcessor``, rather than opened and ended through a ``Tracer``: a finished
+    request has nothing left to record, and the Tracer's per-span machinery (locks, limits,
+    context objects) cost several times more per span (loadtest/bench_observe.py). Sampling,
+    ids, the resource and the export are the SDK's own."""
 
     def __init__(self, sample: float) -> None:
         self.sample = sample
-        self.provider: TracerProvider | None = None
-        self.tracer: Tracer | None = None
+        self.sdk: Any = None
+        """The SDK's pieces, imported by ``start`` (the otel extra is optional)."""
         self._perf = self._mono = 0
         self._batches: OrderedDict[tuple[str, float], SpanContext] = OrderedDict()
 
     def start(self) -> None:
+        from types import SimpleNamespace
+
+        from opentelemetry import trace
         from opentelemetry.sdk.resources import Resource
-        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
         from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+        from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+        from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
         resource = Resource.create({"process.pid": os.getpid()})
         if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
@@ -102,18 +114,27 @@ class Tracing:
         # OTEL_TRACES_SAMPLER, when set, is the SDK's to read (sampler=None); otherwise the
         # setting's ratio for requests that arrive without a parent, the caller's choice otherwise.
         sampler = None if os.environ.get("OTEL_TRACES_SAMPLER") else ParentBased(TraceIdRatioBased(self.sample))
-        self.provider = provider = TracerProvider(sampler=sampler, resource=resource)
+        provider = TracerProvider(sampler=sampler, resource=resource, shutdown_on_exit=False)
         make = EXPORTERS[exporter_key(os.environ)]
-        if make is not None:
-            provider.add_span_processor(BatchSpanProcessor(make()))
-        self.tracer = provider.get_tracer("inferpool")
+        self.sdk = SimpleNamespace(
+            span=ReadableSpan, context=SpanContext, link=Link, current=trace.get_current_span,
+            extract=TraceContextTextMapPropagator().extract, sampler=provider.sampler, ids=provider.id_generator,
+            resource=provider.resource, scope=InstrumentationScope("inferpool"),
+            processor=SpanProcessor() if make is None else BatchSpanProcessor(make()),
+            server=SpanKind.SERVER, internal=SpanKind.INTERNAL, sampled=TraceFlags(TraceFlags.SAMPLED),
+            error=Status(StatusCode.ERROR), unset=Status(StatusCode.UNSET),
+        )  # fmt: skip
         self._perf, self._mono = _clock_offsets()
 
     def stop(self) -> None:
-        if self.provider is not None:
-            self.provider.force_flush(SHUTDOWN_MILLIS)
-            self.provider.shutdown()
-            self.provider = self.tracer = None
+        """Export what is still queued, for at most SHUTDOWN_SECONDS: the SDK's own shutdown
+        waits up to 30 s, which a collector that is down would add to every exit. Past it, the
+        daemon thread ends with the process."""
+        sdk, self.sdk = self.sdk, None
+        if sdk is not None:
+            ending = threading.Thread(target=sdk.processor.shutdown, name="otel-shutdown", daemon=True)
+            ending.start()
+            ending.join(SHUTDOWN_SECONDS)
 
     def record(
         self,
@@ -127,67 +148,81 @@ class Tracing:
     ) -> str | None:
         """A finished request's server span (and its phases' children): ``started`` and
         ``ended`` are ``perf_counter`` readings. Returns the trace id (hex), None if unsampled."""
-        tracer = self.tracer
-        if tracer is None:
+        sdk = self.sdk
+        if sdk is None:
             return None
-        from opentelemetry import trace
-        from opentelemetry.trace import SpanKind, Status, StatusCode
-        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-
-        parent = TraceContextTextMapPropagator().extract(_trace_headers(carrier))
-        perf = self._perf
-        span = tracer.start_span(name, parent, SpanKind.SERVER, attributes, start_time=int(started * 1e9) + perf)
-        if not span.is_recording():
+        parent_context = sdk.extract(_trace_headers(carrier))
+        parent = sdk.current(parent_context).get_span_context()
+        trace_id = parent.trace_id if parent.is_valid else sdk.ids.generate_trace_id()
+        decision = sdk.sampler.should_sample(parent_context, trace_id, name, sdk.server, attributes)
+        if not decision.decision.is_sampled():
             return None
-        if error:
-            span.set_status(Status(StatusCode.ERROR))
+        context = sdk.context(trace_id, sdk.ids.generate_span_id(), False, sdk.sampled, decision.trace_state)
+        on_end = sdk.processor.on_end
+        on_end(
+            sdk.span(
+                name, context, parent if parent.is_valid else None, sdk.resource, attributes,
+                kind=sdk.server, status=sdk.error if error else sdk.unset, instrumentation_scope=sdk.scope,
+                start_time=int(started * 1e9) + self._perf, end_time=int(ended * 1e9) + self._perf,
+            )
+        )  # fmt: skip
         if inference is not None:
-            self._phases(tracer, trace.set_span_in_context(span), inference)
-        span.end(int(ended * 1e9) + perf)
-        return format(span.get_span_context().trace_id, "032x")
+            for span in self._phases(context, inference):
+                on_end(span)
+        return format(trace_id, "032x")
 
-    def _phases(self, tracer: Tracer, context: Any, inference: Inference) -> None:
+    def _phases(self, parent: SpanContext, inference: Inference) -> list[Any]:
         """The phases as children, each where it happened: decode [received, parsed], queue
         (admission, the wait for a worker and validation) up to the batch's wait, the model
         call, encode; the gap before encode is the event loop taking the answer back."""
-        perf, mono = self._perf, self._mono
+        sdk, perf, mono = self.sdk, self._perf, self._mono
+        spans: list[Any] = []
 
-        def child(name: str, start_ns: int, end_ns: int, links: list[Any] | None = None) -> None:
-            tracer.start_span(name, context, start_time=start_ns, links=links).end(max(start_ns, end_ns))
-
-        def at_perf(seconds: float) -> int:
-            return int(seconds * 1e9) + perf
-
-        def at_mono(seconds: float) -> int:
-            return int(seconds * 1e9) + mono
+        def child(name: str, start_ns: int, end_ns: int, links: tuple[Any, ...] = ()) -> None:
+            context = sdk.context(parent.trace_id, sdk.ids.generate_span_id(), False, sdk.sampled, parent.trace_state)
+            spans.append(
+                sdk.span(
+                    name, context, parent, sdk.resource, {}, links=links, kind=sdk.internal,
+                    instrumentation_scope=sdk.scope, start_time=start_ns, end_time=max(start_ns, end_ns),
+                )
+            )  # fmt: skip
 
         i = inference
-        child("decode", at_perf(i.received), at_perf(i.parsed))
-        dispatched = at_mono(i.dispatched)
+        child("decode", int(i.received * 1e9) + perf, int(i.parsed * 1e9) + perf)
+        dispatched = int(i.dispatched * 1e9) + mono
         batch_start = dispatched - int(i.batch_seconds * 1e9)
-        child("queue", at_perf(i.parsed), batch_start)
+        child("queue", int(i.parsed * 1e9) + perf, batch_start)
         if i.batch_seconds:
             child("batch", batch_start, dispatched)
         compute_end = dispatched + int(i.compute_seconds * 1e9)
-        links = self._batch_link(tracer, i, dispatched, compute_end) if i.batch_size > 1 else None
+        links = (sdk.link(self._batch(i, dispatched, compute_end, spans)),) if i.batch_size > 1 else ()
         child("inference", dispatched, compute_end, links)
-        child("encode", at_perf(i.encoding), at_perf(i.encoding + i.encode_seconds))
+        encoding = int(i.encoding * 1e9) + perf
+        child("encode", encoding, encoding + int(i.encode_seconds * 1e9))
+        return spans
 
-    def _batch_link(self, tracer: Tracer, i: Inference, start_ns: int, end_ns: int) -> list[Any]:
-        """A link to the batch's own span (made by the batch's first request to finish here),
-        so that each request's trace leads to the model call it shared."""
-        from opentelemetry.trace import Link
-
+    def _batch(self, i: Inference, start_ns: int, end_ns: int, spans: list[Any]) -> SpanContext:
+        """The batch's own span, made by the first of its requests to finish here (added to
+        ``spans``): each request's trace links to the model call it shared. A root of its own,
+        kept whenever one of its requests is sampled (a link to a span never exported leads
+        nowhere)."""
+        sdk = self.sdk
         key = (i.model, i.dispatched)  # one process's batches: its engine's
         found = self._batches.get(key)
         if found is None:
-            attributes: dict[str, Any] = {"inferpool.model": i.model, "inferpool.batch_size": i.batch_size}
-            span = tracer.start_span("inferpool.batch", None, attributes=attributes, start_time=start_ns)
-            span.end(end_ns)
-            found = self._batches[key] = span.get_span_context()
+            found = self._batches[key] = sdk.context(
+                sdk.ids.generate_trace_id(), sdk.ids.generate_span_id(), False, sdk.sampled
+            )
+            attributes = {"inferpool.model": i.model, "inferpool.batch_size": i.batch_size}
+            spans.append(
+                sdk.span(
+                    "inferpool.batch", found, None, sdk.resource, attributes, kind=sdk.internal,
+                    instrumentation_scope=sdk.scope, start_time=start_ns, end_time=end_ns,
+                )
+            )  # fmt: skip
             if len(self._batches) > BATCHES_REMEMBERED:
                 self._batches.popitem(last=False)
-        return [Link(found)] if found.is_valid else []
+        return found
 
 
 def _trace_headers(carrier: Iterable[tuple[str | bytes, str | bytes]]) -> dict[str, str]:

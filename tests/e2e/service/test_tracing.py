@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 
 import httpx2
 import numpy as np
@@ -189,5 +190,26 @@ def test_a_collector_that_is_down_costs_clients_nothing(tmp_path, images):
                 answer = http.post("/predict", json={"inputs": images[n % 16].tolist()}, headers=headers)
                 assert answer.status_code == 200, answer.text
                 assert np.asarray(answer.json()["outputs"]["probabilities"]).shape == (10,)
+        stopping = time.monotonic()
         server.stop(30)
+        stopped = time.monotonic() - stopping
     assert server.process.returncode == 0, server.output()[-3000:]
+    # The SDK alone would wait up to 30 s for the exporter at exit; the server gives it 2 s.
+    assert stopped < 15, stopped
+
+
+def test_every_serving_process_exports(tmp_path, images):
+    port = free_port()
+    with http_collector(port) as collected, _serve(tmp_path, port, "--workers", "2") as server:
+        pids: set[str] = set()
+        n = 0
+        deadline = time.monotonic() + 60
+        while len(pids) < 2 and time.monotonic() < deadline:  # fresh connections: either process may accept
+            headers = {"traceparent": traceparent(trace_id(0xF00 + n))}
+            answer = httpx2.post(server.url + "/predict", json={"inputs": images[n % 16].tolist()}, headers=headers)
+            n += 1
+            if answer.status_code == 200:
+                pids.add(answer.headers["x-request-id"].split("-")[0])
+        assert len(pids) == 2, "both processes should have answered"
+        collected.wait_for(lambda _: len({r["process.pid"] for r in collected.resources}) == 2)
+    assert {format(r["process.pid"], "x") for r in collected.resources} == pids

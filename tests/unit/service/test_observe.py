@@ -97,3 +97,12 @@ def test_json_access_line_carries_the_fields_not_their_text():
     assert line["message"] == "access"
     assert (line["route"], line["status"], line["bytes_in"], line["request_id"]) == ("/predict", 200, 10, "r1")
     assert "trace_id" not in line  # absent, not null
+
+
+def test_answered_bodies_are_copied_without_decoding_unless_redacted():
+    body = b'{"inputs": {"text": "secret", "n": [1, 2]}}'
+    as_is = http_payload(body, None, None, frozenset(), parsed=True)
+    assert isinstance(as_is, orjson.Fragment)
+    assert orjson.loads(orjson.dumps({"request": as_is})) == {"request": orjson.loads(body)}
+    redacted = http_payload(body, None, None, frozenset({"text"}), parsed=True)
+    assert redacted == {"inputs": {"text": REDACTED, "n": [1, 2]}}
