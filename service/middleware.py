@@ -25,10 +25,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from inferpool.engine.requests import request_id
 from inferpool.service.apierror import error_body
 from inferpool.service.metrics import Metrics
-from inferpool.service.observe import Observer
+from inferpool.service.observe import INFERENCE, Observer
 
-STARTED = "inferpool.started"  # scope keys the /predict route reads and writes
-INFERENCE = "inferpool.inference"
+STARTED = "inferpool.started"  # scope keys the /predict route reads and writes (and INFERENCE)
 MAX_REQUEST_ID = 128
 # Either spelling: ASGI header names are bytes, gRPC metadata keys str (both lower case).
 REQUEST_ID = (b"x-request-id", "x-request-id")

@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry
 from starlette.types import Message, Scope
 
 from inferpool.engine.requests import request_id
+from inferpool.service.fastpath import HANDLER
 from inferpool.service.logs import model_served
 from inferpool.service.metrics import Inference
 from inferpool.service.payloads import PayloadLog, Record
@@ -30,6 +31,10 @@ if TYPE_CHECKING:  # config imports torch; the service only reads the settings i
 access_log = logging.getLogger("inferpool.access")
 HTTP_SPAN = "inferpool.predict"
 TRACED_RPCS = frozenset({"ModelInfer"})  # not the probes: a trace per health check is noise
+# The gRPC codes OpenTelemetry's conventions mark a server span's status ERROR for (the server's
+# fault, not the caller's).
+SERVER_ERRORS = frozenset({"UNKNOWN", "DEADLINE_EXCEEDED", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS"})
+INFERENCE = "inferpool.inference"  # the scope key the model routes leave their timings under
 JSON_LENGTH = b"inference-header-content-length"
 ENCODING = b"content-encoding"
 Pairs = Iterable[tuple[str | bytes, str | bytes]]
@@ -100,16 +105,16 @@ class Observer:
             self.payloads.stop()
 
     def watch(self, scope: Scope) -> Watch:
-        hot = "inferpool.handler" in scope  # a model route (service/fastpath.py)
+        hot = HANDLER in scope  # a model route
         return Watch(hot and self.payloads is not None and random.random() < self.payload_sample)
 
     def http(self, scope: Scope, watch: Watch, route: str, status: int, started: float, ended: float) -> None:
         """A finished HTTP request."""
-        inference: Inference | None = scope.get("inferpool.inference")
+        inference: Inference | None = scope.get(INFERENCE)
         headers = scope["headers"]
         model, version = model_served.get() or ("", "")
         trace_id = None
-        if self.tracing is not None and "inferpool.handler" in scope:
+        if self.tracing is not None and HANDLER in scope:
             attributes: dict[str, Any] = {
                 "http.request.method": scope["method"],
                 "http.route": route,
@@ -151,7 +156,7 @@ class Observer:
                 "inferpool.request_id": request_id.get(),
             }
             _model_attributes(attributes, model, version, inference)
-            error = code not in ("OK", "INVALID_ARGUMENT", "NOT_FOUND", "CANCELLED", "UNAUTHENTICATED")
+            error = code in SERVER_ERRORS
             trace_id = self.tracing.record(name, metadata, started, ended, attributes, inference, error)
         if self.access_sample and random.random() < self.access_sample:
             size_out = response.ByteSize() if response is not None else 0

@@ -13,7 +13,8 @@ from starlette.types import Scope
 from inferpool.engine import Prediction
 from inferpool.service.apierror import ApiError
 from inferpool.service.metrics import Inference, Metrics
-from inferpool.service.middleware import INFERENCE, STARTED
+from inferpool.service.middleware import STARTED
+from inferpool.service.observe import INFERENCE
 
 TIMEOUT_HEADER = b"x-request-timeout-ms"
 # A JSON number without a sign, in ASCII: float() alone would also take " 5", "+5", "1_000",

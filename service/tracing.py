@@ -114,6 +114,23 @@ class Tracing:
         # OTEL_TRACES_SAMPLER, when set, is the SDK's to read (sampler=None); otherwise the
         # setting's ratio for requests that arrive without a parent, the caller's choice otherwise.
         sampler = None if os.environ.get("OTEL_TRACES_SAMPLER") else ParentBased(TraceIdRatioBased(self.sample))
+
+        class HashedOnce(Resource):
+            """Its hash computed once: the OTLP encoder groups spans by resource, hashing it per
+            span, and Resource's hash is a JSON dump of its attributes (a fifth of the export
+            thread's time, which holds the GIL the event loop needs)."""
+
+            def __init__(self, attributes: Any, schema_url: str | None = None) -> None:
+                super().__init__(attributes, schema_url)
+                self._hash = super().__hash__()
+
+            def __hash__(self) -> int:
+                return self._hash
+
+            def __eq__(self, other: object) -> bool:
+                return bool(super().__eq__(other))
+
+        resource = HashedOnce(resource.attributes, resource.schema_url)
         provider = TracerProvider(sampler=sampler, resource=resource, shutdown_on_exit=False)
         make = EXPORTERS[exporter_key(os.environ)]
         self.sdk = SimpleNamespace(
