@@ -27,6 +27,7 @@ from typing import Any
 from starlette.types import Receive, Scope, Send
 
 from inferpool.config import load_settings
+from inferpool.service.fastpath import HANDLER
 from inferpool.service.metrics import Inference, Metrics
 from inferpool.service.middleware import Activity, RequestContext
 from inferpool.service.observe import INFERENCE, Observer
@@ -37,9 +38,8 @@ BODY = b'{"model":"digits","outputs":{"label":3}}'
 async def app(scope: Scope, receive: Receive, send: Send) -> None:
     await receive()
     now = time.perf_counter()
-    scope[INFERENCE] = Inference("digits", 1e-5, 1e-5, 1e-4, 1e-5, 1, received=now, parsed=now, encoding=now,
-                                 dispatched=time.monotonic())  # fmt: skip
-    scope["inferpool.handler"] = app
+    scope[INFERENCE] = Inference("digits", 1e-5, 1e-5, 1e-4, 1e-5, 1, marks=(now, now, now, time.monotonic()))
+    scope[HANDLER] = app
     await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
     await send({"type": "http.response.body", "body": BODY})
 

@@ -59,10 +59,7 @@ def record(
         encode_seconds=encoded - encoding,
         batch_size=prediction.batch_size,
         batch_seconds=prediction.batch_seconds,
-        received=received,
-        parsed=parsed,
-        encoding=encoding,
-        dispatched=prediction.dispatched,
+        marks=(received, parsed, encoding, prediction.dispatched),
     )
     scope[INFERENCE] = inference
     metrics.observe_inference(inference)

@@ -205,26 +205,29 @@ class Tracing:
             )  # fmt: skip
 
         i = inference
-        child("decode", int(i.received * 1e9) + perf, int(i.parsed * 1e9) + perf)
-        dispatched = int(i.dispatched * 1e9) + mono
+        if i.marks is None:  # a caller that did not say when (none of the front ends)
+            return spans
+        received, parsed, encoding_at, dispatched_at = i.marks
+        child("decode", int(received * 1e9) + perf, int(parsed * 1e9) + perf)
+        dispatched = int(dispatched_at * 1e9) + mono
         batch_start = dispatched - int(i.batch_seconds * 1e9)
-        child("queue", int(i.parsed * 1e9) + perf, batch_start)
+        child("queue", int(parsed * 1e9) + perf, batch_start)
         if i.batch_seconds:
             child("batch", batch_start, dispatched)
         compute_end = dispatched + int(i.compute_seconds * 1e9)
-        links = (sdk.link(self._batch(i, dispatched, compute_end, spans)),) if i.batch_size > 1 else ()
+        links = (sdk.link(self._batch(i, dispatched_at, dispatched, compute_end, spans)),) if i.batch_size > 1 else ()
         child("inference", dispatched, compute_end, links)
-        encoding = int(i.encoding * 1e9) + perf
+        encoding = int(encoding_at * 1e9) + perf
         child("encode", encoding, encoding + int(i.encode_seconds * 1e9))
         return spans
 
-    def _batch(self, i: Inference, start_ns: int, end_ns: int, spans: list[Any]) -> SpanContext:
+    def _batch(self, i: Inference, dispatched: float, start_ns: int, end_ns: int, spans: list[Any]) -> SpanContext:
         """The batch's own span, made by the first of its requests to finish here (added to
         ``spans``): each request's trace links to the model call it shared. A root of its own,
         kept whenever one of its requests is sampled (a link to a span never exported leads
         nowhere)."""
         sdk = self.sdk
-        key = (i.model, i.dispatched)  # one process's batches: its engine's
+        key = (i.model, dispatched)  # one process's batches: its engine's
         found = self._batches.get(key)
         if found is None:
             found = self._batches[key] = sdk.context(

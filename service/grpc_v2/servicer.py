@@ -216,10 +216,7 @@ class Servicer:
             encode_seconds=time.perf_counter() - encoding,
             batch_size=prediction.batch_size,
             batch_seconds=prediction.batch_seconds,
-            received=received,
-            parsed=parsed,
-            encoding=encoding,
-            dispatched=prediction.dispatched,
+            marks=(received, parsed, encoding, prediction.dispatched),
         )
         self.metrics.observe_inference(inference)
         _inference.set(inference)
