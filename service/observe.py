@@ -28,6 +28,7 @@ from inferpool.service.tracing import Tracing, caller_trace_id
 if TYPE_CHECKING:  # config imports torch; the service only reads the settings it is given
     from inferpool.config import Settings
 
+log = logging.getLogger(__name__)
 access_log = logging.getLogger("inferpool.access")
 HTTP_SPAN = "inferpool.predict"
 TRACED_RPCS = frozenset({"ModelInfer"})  # not the probes: a trace per health check is noise
@@ -109,7 +110,13 @@ class Observer:
         return Watch(hot and self.payloads is not None and random.random() < self.payload_sample)
 
     def http(self, scope: Scope, watch: Watch, route: str, status: int, started: float, ended: float) -> None:
-        """A finished HTTP request."""
+        """A finished HTTP request (its answer already sent: a failure here is only logged)."""
+        try:
+            self._http(scope, watch, route, status, started, ended)
+        except Exception:
+            log.exception("recording the request's trace or logs failed")
+
+    def _http(self, scope: Scope, watch: Watch, route: str, status: int, started: float, ended: float) -> None:
         inference: Inference | None = scope.get(INFERENCE)
         headers = scope["headers"]
         model, version = model_served.get() or ("", "")
@@ -144,7 +151,16 @@ class Observer:
         self, name: str, code: str, metadata: Pairs, started: float, ended: float, inference: Inference | None,
         request: Any, response: Any,
     ) -> None:  # fmt: skip
-        """A finished gRPC call (``code``: its status code's name)."""
+        """A finished gRPC call (``code``: its status code's name); a failure here is only logged."""
+        try:
+            self._rpc(name, code, metadata, started, ended, inference, request, response)
+        except Exception:
+            log.exception("recording the call's trace or logs failed")
+
+    def _rpc(
+        self, name: str, code: str, metadata: Pairs, started: float, ended: float, inference: Inference | None,
+        request: Any, response: Any,
+    ) -> None:  # fmt: skip
         model, version = model_served.get() or ("", "")
         trace_id = None
         if self.tracing is not None and name in TRACED_RPCS:

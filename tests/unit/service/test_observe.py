@@ -12,8 +12,8 @@ from prometheus_client import CollectorRegistry
 
 from inferpool.config import load_settings
 from inferpool.service.grpc_v2 import inference_pb2 as pb
-from inferpool.service.logs import JsonFormatter
-from inferpool.service.observe import Observer
+from inferpool.service.logs import FORMATTERS, JsonFormatter, RequestIdFilter
+from inferpool.service.observe import Observer, _Line
 from inferpool.service.payloads import REDACTED, PayloadLog, grpc_payload, http_payload, redact, render
 from inferpool.service.tracing import caller_trace_id
 
@@ -106,3 +106,11 @@ def test_answered_bodies_are_copied_without_decoding_unless_redacted():
     assert orjson.loads(orjson.dumps({"request": as_is})) == {"request": orjson.loads(body)}
     redacted = http_payload(body, None, None, frozenset({"text"}), parsed=True)
     assert redacted == {"inputs": {"text": REDACTED, "n": [1, 2]}}
+
+
+def test_plain_access_line_is_key_value_pairs():
+    fields = {"method": "POST", "route": "/predict", "status": 200, "trace_id": None, "duration_ms": 0.5}
+    record = logging.LogRecord("inferpool.access", logging.INFO, "", 0, "%s", (_Line(fields),), None)
+    RequestIdFilter().filter(record)
+    line = FORMATTERS["plain"]().format(record)
+    assert line.endswith("inferpool.access [-] method=POST route=/predict status=200 duration_ms=0.5")
