@@ -19,13 +19,13 @@ from pydantic_settings import TomlConfigSettingsSource
 from inferpool.engine.sources import ARCHIVE_SUFFIXES
 
 # Top-level settings that are always paths, and those inside [runtime] (top level and per model).
-PATH_SETTINGS = ("app_dir", "model_repository", "metrics_dir")
+PATH_SETTINGS = ("app_dir", "model_repository", "metrics_dir", "payload_log")
 RUNTIME_PATH_SETTINGS = ("compile_cache_dir",)
 
 
 def _resolved(value: Any, folder: Path) -> Any:
-    if not isinstance(value, str) or not value or Path(value).is_absolute():
-        return value  # "" keeps its meaning (e.g. compile_cache_dir's default cache)
+    if not isinstance(value, str) or not value or value == "-" or "://" in value or Path(value).is_absolute():
+        return value  # "" and "-" keep their meaning (the default cache, stdout); a URL is not a path
     return str(folder / value)
 
 

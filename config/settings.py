@@ -5,6 +5,7 @@ file (``--config FILE``, else ``default.toml`` beside this module), the defaults
 
 from __future__ import annotations
 
+import os
 from contextvars import ContextVar
 from itertools import pairwise
 from pathlib import Path
@@ -25,6 +26,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from inferpool.config.observability import check_payload_sink, check_tracing
 from inferpool.config.paths import ConfigFileSource
 from inferpool.engine import BACKENDS, DEFAULT_MODEL, RuntimeOptions
 from inferpool.engine.backends.autoselect import backend_names
@@ -198,6 +200,42 @@ class Settings(BaseSettings):
     log_format: Literal["plain", "json"] = Field(
         "plain", description="'json' for one JSON object per line (log shippers), 'plain' for people."
     )
+    tracing: bool = Field(
+        False,
+        description="Export OpenTelemetry traces: a server span per model request (inferpool.predict, gRPC "
+        "ModelInfer) with its phases as children, continuing the caller's W3C traceparent. Needs the otel extra "
+        "(pip install 'inferpool[otel]'); exporter and endpoint from the standard OTEL_* variables "
+        "(OTEL_EXPORTER_OTLP_ENDPOINT, default OTLP over HTTP to localhost:4318).",
+    )
+    trace_sample: float = Field(
+        1.0,
+        ge=0,
+        le=1,
+        description="Fraction of requests without a sampled parent that are traced (parent-based: a caller's "
+        "sampled or unsampled traceparent is followed). OTEL_TRACES_SAMPLER(_ARG), when set, replace it.",
+    )
+    access_log: bool = Field(
+        False,
+        description="One log line per request (JSON fields with log_format='json'): request and trace id, "
+        "route or RPC, model, version, status, bytes in and out, duration and phase times.",
+    )
+    access_log_sample: float = Field(1.0, ge=0, le=1, description="Fraction of requests the access log records.")
+    payload_log: str | None = Field(
+        None,
+        description="Where sampled copies of model requests and answers go: a JSON-lines file path, '-' for "
+        "stdout, or an http(s):// URL receiving CloudEvents (as KServe's logger sends); unset = off.",
+    )
+    payload_log_sample: float = Field(1.0, ge=0, le=1, description="Fraction of model requests payload-logged.")
+    payload_log_queue: int = Field(
+        1000,
+        ge=1,
+        description="Records waiting for the payload log's sink; past it new ones are dropped and counted "
+        "(inferpool_payload_log_records_total{outcome='dropped'}) rather than slowing any answer.",
+    )
+    payload_log_redact: list[str] = Field(
+        default_factory=list,
+        description="Input and output names whose values the payload log replaces with '[redacted]'.",
+    )
     runtime: RuntimeOptions = Field(default_factory=RuntimeOptions, description="Engine runtime options.")
     models: list[ModelEntry] = Field(
         default_factory=list,
@@ -249,6 +287,14 @@ class Settings(BaseSettings):
     def _distinct_ports(self) -> Settings:
         if self.grpc_port and self.grpc_port == self.port:
             raise ValueError(f"grpc_port and port are both {self.port}: give gRPC its own port (or 0 to turn it off)")
+        return self
+
+    @model_validator(mode="after")
+    def _observability(self) -> Settings:
+        if self.tracing:
+            check_tracing(os.environ)
+        if self.payload_log is not None:
+            check_payload_sink(self.payload_log)
         return self
 
     @field_validator("auth_exempt")

@@ -137,6 +137,7 @@ class Pipeline:
             validate_seconds=work.validate,
             compute_seconds=finished - dispatched,
             batch_seconds=max(0.0, dispatched - work.dequeued - work.validate) if formed else 0.0,
+            dispatched=dispatched,
         )
 
 

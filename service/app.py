@@ -20,6 +20,7 @@ from inferpool.service.grpc_v2.server import front_end
 from inferpool.service.host import ModelHost
 from inferpool.service.metrics import Metrics
 from inferpool.service.middleware import Activity, RequestContext
+from inferpool.service.observe import Observer
 from inferpool.service.openapi import model_aware_openapi
 from inferpool.service.routes import health, openai, predict, repository, v2
 
@@ -46,6 +47,7 @@ def create_app(settings: Settings, host: ModelHost | None = None) -> FastAPI:
     metrics = Metrics.for_settings(settings)
     version = _version()
     activity = Activity()
+    observer = Observer.for_settings(settings, metrics.registry)
 
     supervised = host is not None
     if host is None:
@@ -65,10 +67,13 @@ def create_app(settings: Settings, host: ModelHost | None = None) -> FastAPI:
         if not supervised:  # the supervisor logged it once for all its processes
             log.info("effective config: %s", settings.model_dump_json())
         host.start()  # loads (or starts) and warms in the background; /health/ready says when done
+        if observer is not None:  # here, not in create_app: its threads must be this process's
+            observer.start()
         grpc = None
         if settings.grpc_port:
             # The supervisor sets app.state.control after create_app, before the server starts.
-            grpc = front_end(settings, host, metrics, activity, version, getattr(app.state, "control", None))
+            control = getattr(app.state, "control", None)
+            grpc = front_end(settings, host, metrics, activity, version, control, observer)
             await grpc.start()
         try:
             yield
@@ -76,6 +81,8 @@ def create_app(settings: Settings, host: ModelHost | None = None) -> FastAPI:
             if grpc is not None:  # after the HTTP drain, which waited for gRPC calls too (Activity)
                 await grpc.stop(GRPC_GRACE_SECONDS)
             host.close()
+            if observer is not None:  # last: the spans and records of the drained requests go out
+                observer.stop()
 
     app = InferPoolApp(
         title="InferPool",
@@ -108,7 +115,7 @@ def create_app(settings: Settings, host: ModelHost | None = None) -> FastAPI:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"])
     app.state.activity = activity
     metrics.watch_door(lambda: (activity.active, activity.limit))
-    app.add_middleware(RequestContext, metrics=metrics, activity=activity)
+    app.add_middleware(RequestContext, metrics=metrics, activity=activity, observer=observer)
     app.openapi = model_aware_openapi(  # type: ignore[method-assign]
         app,
         lambda: host.default.schema if host.default else None,

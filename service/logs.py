@@ -35,11 +35,12 @@ class JsonFormatter(logging.Formatter):
     """One JSON object per line, for log shippers; tracebacks stay inside the object."""
 
     def format(self, record: logging.LogRecord) -> str:
+        access = getattr(record, "access", None)  # an access-log line (service/observe.py)
         entry = {
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname.lower(),
             "logger": record.name,
-            "message": record.getMessage(),
+            "message": record.getMessage() if access is None else "access",  # its fields, not their text
             "request_id": getattr(record, "request_id", "-"),
         }
         model, version = getattr(record, "model", ""), getattr(record, "model_version", "")
@@ -47,6 +48,8 @@ class JsonFormatter(logging.Formatter):
             entry["model"] = model
         if version:
             entry["version"] = version
+        if access is not None:
+            entry.update((key, value) for key, value in access.items() if key not in entry and value is not None)
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return orjson.dumps(entry).decode()

@@ -321,6 +321,10 @@ class Inference:
     encode_seconds: float
     batch_size: int
     batch_seconds: float = 0.0
+    marks: tuple[float, float, float, float] | None = None
+    """Where the phases happened, for traces: ``time.perf_counter()`` when the body began to
+    arrive, when it was parsed and when encoding began, and the engine's ``dispatched``
+    (``time.monotonic()``). One field, not four: a frozen dataclass pays per field, per request."""
     version: str = field(default_factory=_served_version)
     """The model's version label; by default the one the request resolved (ModelHost.get), so
     that every front end's observations carry it without passing it along."""

@@ -25,9 +25,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from inferpool.engine.requests import request_id
 from inferpool.service.apierror import error_body_for
 from inferpool.service.metrics import Metrics
+from inferpool.service.observe import INFERENCE, Observer
 
-STARTED = "inferpool.started"  # scope keys the /predict route reads and writes
-INFERENCE = "inferpool.inference"
+STARTED = "inferpool.started"  # scope keys the /predict route reads and writes (and INFERENCE)
 MAX_REQUEST_ID = 128
 # Either spelling: ASGI header names are bytes, gRPC metadata keys str (both lower case).
 REQUEST_ID = (b"x-request-id", "x-request-id")
@@ -73,11 +73,13 @@ class Activity:
 
 
 class RequestContext:
-    def __init__(self, app: ASGIApp, metrics: Metrics, activity: Activity) -> None:
+    def __init__(self, app: ASGIApp, metrics: Metrics, activity: Activity, observer: Observer | None = None) -> None:
         self.app = app
         self.metrics = metrics
         self._ids = request_ids(_SERIAL)
         self.activity = activity
+        self.observer = observer
+        """Traces, access log, payload log (service/observe.py); None when all are off."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -90,11 +92,17 @@ class RequestContext:
         if limit is not None and self.activity.active >= limit and not _never_shed(path):
             await self._shed(send, rid, limit, self.activity.closing, path)
             self.metrics.observe_error("load_shed")
-            self.metrics.observe_request("shed", 503, time.perf_counter() - started, None)
+            ended = time.perf_counter()
+            self.metrics.observe_request("shed", 503, ended - started, None)
+            if self.observer is not None:
+                request_id.set(rid)
+                self.observer.http(scope, self.observer.watch({}), "shed", 503, started, ended)
             return
         request_id.set(rid)
         status = 500
         counted = answered = gone = False
+        observer = self.observer
+        watch = None if observer is None else observer.watch(scope)
 
         async def counting_receive() -> Message:
             # Counted in once its body is all here, not at the door: a client that stalls
@@ -102,6 +110,8 @@ class RequestContext:
             # other client out when counted at the door). Only the event loop thread counts.
             nonlocal counted, gone
             message = await receive()
+            if watch is not None:
+                watch.received(message)
             gone = message["type"] == "http.disconnect"
             if not counted and message["type"] == "http.request" and not message.get("more_body", False):
                 counted = True
@@ -121,6 +131,8 @@ class RequestContext:
                 # still be waiting for the loop.
                 answered = True
                 self.activity.active -= counted
+            if watch is not None:
+                watch.sent(message)
             await send(message)
 
         try:
@@ -132,7 +144,10 @@ class RequestContext:
                     status = CLIENT_CLOSED  # nobody to answer: not a server error
             # The route template, never the raw path: raw paths would be unbounded labels.
             route = getattr(scope.get("route"), "path", "unmatched")
-            self.metrics.observe_request(route, status, time.perf_counter() - started, scope.get(INFERENCE))
+            ended = time.perf_counter()
+            self.metrics.observe_request(route, status, ended - started, scope.get(INFERENCE))
+            if observer is not None and watch is not None:
+                observer.http(scope, watch, route, status, started, ended)
 
     @staticmethod
     async def _shed(send: Send, rid: str, limit: int, closing: bool, path: str) -> None:

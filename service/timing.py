@@ -12,7 +12,8 @@ from starlette.types import Scope
 from inferpool.engine import Prediction
 from inferpool.service.apierror import ApiError
 from inferpool.service.metrics import Inference, Metrics
-from inferpool.service.middleware import INFERENCE, STARTED
+from inferpool.service.middleware import STARTED
+from inferpool.service.observe import INFERENCE
 
 TIMEOUT_HEADER = b"x-request-timeout-ms"
 MIN_TIMEOUT_MS = 1
@@ -65,6 +66,7 @@ def record(
         encode_seconds=encoded - encoding,
         batch_size=prediction.batch_size,
         batch_seconds=prediction.batch_seconds,
+        marks=(received, parsed, encoding, prediction.dispatched),
     )
     scope[INFERENCE] = inference
     metrics.observe_inference(inference)

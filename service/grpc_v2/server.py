@@ -26,6 +26,7 @@ from inferpool.service.grpc_v2.servicer import SERVICE, Servicer
 from inferpool.service.host import ModelHost
 from inferpool.service.metrics import Metrics
 from inferpool.service.middleware import Activity
+from inferpool.service.observe import Observer
 
 log = logging.getLogger(__name__)
 HEALTH_POLL_SECONDS = 0.25
@@ -42,14 +43,21 @@ def address(host: str, port: int) -> str:
 
 def front_end(
     settings: Settings, host: ModelHost, metrics: Metrics, activity: Activity, version: str,
-    control: Control | None = None,
+    control: Control | None = None, observer: Observer | None = None,
 ) -> GrpcFrontEnd:  # fmt: skip
     """``control``: the process's channel to the supervisor, for the repository methods (None
     without a repository, or outside a supervisor)."""
     key = settings.api_key
     auth = None if key is None else ApiKey(key.get_secret_value(), settings.auth_exempt)
     servicer = Servicer(
-        host, metrics, activity, version=version, auth=auth, timeout_ms=settings.request_timeout_ms, control=control
+        host,
+        metrics,
+        activity,
+        version=version,
+        auth=auth,
+        timeout_ms=settings.request_timeout_ms,
+        control=control,
+        observer=observer,
     )
     front = GrpcFrontEnd(servicer, host, address(settings.host, settings.grpc_port), settings.max_body_bytes)
     servicer.retired = partial(front.retire, settings.drain_seconds)

@@ -33,6 +33,7 @@ from inferpool.service.grpc_v2.status import Refused, code_of, status_of
 from inferpool.service.host import ModelHost
 from inferpool.service.metrics import Inference, Metrics
 from inferpool.service.middleware import Activity, client_request_id, request_ids
+from inferpool.service.observe import Observer
 from inferpool.service.routes.v2 import ExpectedInputs, find_model
 from inferpool.service.timing import deadline
 from inferpool.service.v2codec import metadata
@@ -54,7 +55,7 @@ REST_TWIN = {"ServerLive": "/v2/health/live", "ServerReady": "/v2/health/ready"}
 class Servicer:
     def __init__(
         self, host: ModelHost, metrics: Metrics, activity: Activity, *, version: str, auth: ApiKey | None,
-        timeout_ms: float, control: Control | None = None,
+        timeout_ms: float, control: Control | None = None, observer: Observer | None = None,
     ) -> None:  # fmt: skip
         self.host = host
         self.metrics = metrics
@@ -62,6 +63,7 @@ class Servicer:
         self.version = version
         self.auth = auth
         self.timeout_ms = timeout_ms
+        self.observer = observer
         self.repository = Repository(control)
         self.retired: Callable[[], None] = lambda: None
         """Called when a call ends in a process that a newer one replaces (set by the front end)."""
@@ -108,11 +110,13 @@ class Servicer:
         async def handle(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             started = time.perf_counter()
             code = "OK"
+            response = None
             try:
                 if auth is not None and not auth.admits(path, context.invocation_metadata() or ()):
                     self.metrics.observe_error("auth")
                     raise Refused(UNAUTHENTICATED)
-                return await method(request, context)
+                response = await method(request, context)
+                return response
             except asyncio.CancelledError:  # the caller went away or its deadline passed
                 code = "CANCELLED"
                 raise
@@ -128,7 +132,11 @@ class Servicer:
                 code = code_of(answer).name
                 await context.abort_with_status(status_of(answer))
             finally:
-                self.metrics.observe_rpc(name, code, time.perf_counter() - started, _inference.get())
+                ended = time.perf_counter()
+                self.metrics.observe_rpc(name, code, ended - started, _inference.get())
+                if self.observer is not None:
+                    metadata = context.invocation_metadata() or ()
+                    self.observer.rpc(name, code, metadata, started, ended, _inference.get(), request, response)
                 # Closing without a drain: retired (service/retire.py), which the supervisor says
                 # before it answers a load or unload this process asked. HTTP answers then say
                 # Connection: close; gRPC's counterpart is to stop taking calls (GOAWAY), so that
@@ -208,6 +216,7 @@ class Servicer:
             encode_seconds=time.perf_counter() - encoding,
             batch_size=prediction.batch_size,
             batch_seconds=prediction.batch_seconds,
+            marks=(received, parsed, encoding, prediction.dispatched),
         )
         self.metrics.observe_inference(inference)
         _inference.set(inference)
