@@ -41,12 +41,20 @@ class Load:
     outcomes: list[tuple[float, str]] = field(default_factory=list)
     clients: list[threading.Thread] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    stop: threading.Event = field(default_factory=threading.Event)  # set when the block fails
 
     def kinds(self) -> Counter[str]:
         return Counter(kind for _, kind in self.outcomes)
 
     def lost(self) -> Counter[str]:
         return Counter(kind for kind in self.kinds().elements() if kind not in CLEAN)
+
+    def wait_answered(self, count: int, seconds: float = 60) -> None:
+        """Until ``count`` requests got a 200: the load is really on (a loaded machine is slow)."""
+        deadline = time.monotonic() + seconds
+        while self.kinds()["200"] < count:
+            assert time.monotonic() < deadline, f"fewer than {count} answers in {seconds} s: {self.kinds()}"
+            time.sleep(0.05)
 
     def answered_after(self, at: float) -> bool:
         return any(kind == "200" and when > at for when, kind in self.outcomes)
@@ -60,7 +68,7 @@ def looping_clients(url: str, clients: int = 16) -> Iterator[Load]:
 
     def loop(keep_alive: bool) -> None:
         with httpx2.Client(timeout=20) as http:
-            while True:
+            while not load.stop.is_set():
                 if keep_alive:
                     kind = classify(lambda: http.post(url + "/predict", json=SAMPLE))
                 else:
@@ -75,6 +83,9 @@ def looping_clients(url: str, clients: int = 16) -> Iterator[Load]:
         client.start()
     try:
         yield load
+    except BaseException:
+        load.stop.set()  # the server may still be up: the clients would never meet a refusal
+        raise
     finally:
         for client in load.clients:
             client.join(30)

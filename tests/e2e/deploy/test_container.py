@@ -198,7 +198,7 @@ def test_sigterm_under_load_answers_every_request_sent_and_exits_0(run):
     container = run("--cpus", "2")
     ready_after = container.wait_ready()
     with looping_clients(container.url) as load:
-        time.sleep(1.5)
+        load.wait_answered(100)
         sent_at = time.monotonic()
         docker("kill", "--signal", "TERM", container.id)
         code = int(docker("wait", container.id, timeout=DRAIN_SECONDS + 20).strip())

@@ -35,7 +35,7 @@ def test_sigterm_under_load_answers_every_request_sent(tmp_path):
         # The probe's client is made first: making one (its TLS context) takes long enough, with
         # 16 client threads on the GIL, for the whole drain to end before it connects.
         with looping_clients(server.url) as load, httpx2.Client(timeout=10) as probe:
-            time.sleep(1.5)
+            load.wait_answered(100)
             sent_at = time.monotonic()
             server.process.send_signal(signal.SIGTERM)
             ready = probe.get(server.url + "/health/ready")
