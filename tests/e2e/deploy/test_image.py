@@ -111,7 +111,8 @@ def test_build_installs_the_cpu_torch_and_the_project_into_the_venv(image):
 
     out = _run_in_image(
         final,
-        "import sys, torch, engine, service, config, inferpool.engine.zoo.digits as d\n"
+        "import sys, torch, inferpool.engine as engine, inferpool.service as service, inferpool.config as config\n"
+        "import inferpool.engine.zoo.digits as d\n"
         "from pathlib import Path\n"
         "print(torch.__version__, torch.version.cuda)\n"
         "for m in (engine, service, config): print(m.__file__)\n"
