@@ -41,11 +41,13 @@ def _engine() -> str | None:
         return "no docker client on PATH (make test-image installs Debian's docker.io and starts dockerd)"
     info = subprocess.run(["docker", "info"], capture_output=True, text=True, timeout=30, check=False)
     if info.returncode != 0:
-        return f"no Docker engine answers ({info.stderr.strip().splitlines()[-1:]}); make test-image starts one"
+        last = (info.stderr.strip().splitlines() or ["docker info failed"])[-1]
+        return f"no Docker engine answers ({last}); make test-image starts one"
     return None
 
 
-pytestmark = pytest.mark.skipif(_engine() is not None, reason=str(_engine()))
+NO_ENGINE = _engine()
+pytestmark = pytest.mark.skipif(NO_ENGINE is not None, reason=str(NO_ENGINE))
 
 
 def docker(*args: str, timeout: float = 60) -> str:
