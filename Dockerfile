@@ -54,6 +54,13 @@ COPY inferpool/ inferpool/
 # default.toml go into the venv's site-packages; the source tree stays in this stage.
 RUN pip install .
 
+# What serving never uses, ~210 MB of the venv (docs/deploy.md, "Image size"): torch's C++ test
+# binaries (torch/test, torch/bin but torch_shm_manager, which torch.multiprocessing starts),
+# its C++ headers (for compiling extensions; the image has no compiler) and onnx's test data.
+RUN site="$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
+ && rm -rf "${site}/torch/test" "${site}/torch/include" "${site}/onnx/backend/test" \
+ && find "${site}/torch/bin" -mindepth 1 -maxdepth 1 ! -name torch_shm_manager -exec rm -rf {} +
+
 # ---------------------------------------------------------------- runtime: venv + non-root user
 FROM ${PYTHON_IMAGE} AS runtime
 

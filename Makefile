@@ -7,7 +7,7 @@ PROMTOOL := $(BIN)/promtool
 # The KServe SDK pins its own FastAPI/httpx stack: it gets a venv of its own for the v2 client test.
 KSERVE_PYTHON := .venv-kserve/bin/python
 
-.PHONY: serve test test-unit test-integration test-e2e check bench proto clean
+.PHONY: serve test test-unit test-integration test-e2e test-image check bench proto clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -50,6 +50,14 @@ test-integration: $(STAMP)
 ## Real server subprocesses, the Dockerfile replay, CLI commands as processes (10-15 minutes).
 test-e2e: $(STAMP) $(PROMTOOL) $(KSERVE_PYTHON)
 	$(BIN)/pytest tests/e2e
+
+## The image for real: a Docker engine (installed and started when missing), a local base image
+## without any registry, the image from the unchanged Dockerfile, tests/e2e/deploy/test_container.py
+## against it; the dockerd it started is stopped again (docs/deploy.md, .ci/image.py). Root only.
+test-image: $(STAMP)
+	$(BIN)/python .ci/image.py up
+	status=0; $(BIN)/python .ci/image.py build && INFERPOOL_IMAGE_TESTS=1 $(BIN)/pytest tests/e2e/deploy/test_container.py || status=$$?; \
+	  $(BIN)/python .ci/image.py down; exit $$status
 
 ## Lint, format check and type check.
 check: $(STAMP)

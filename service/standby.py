@@ -11,7 +11,6 @@ written by the writer the connection guard uses (service/apierror.py's ``closing
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import socket
 import socketserver
@@ -23,11 +22,11 @@ from http.server import BaseHTTPRequestHandler
 import orjson
 
 from inferpool.service.apierror import closing_head, error_body
+from inferpool.service.closing import Closer
 
 log = logging.getLogger(__name__)
 MAX_DISCARD = 64 << 20  # request bodies read and dropped, so that closing does not reset
 CLIENT_SECONDS = 2.0  # how long one slow client may hold a standby thread
-SO_ATTACH_FILTER = 26  # linux/asm-generic/socket.h
 LIVENESS = ("/health/live", "/v2/health/live")
 HEALTH = ("/live", "/ready")
 
@@ -111,13 +110,11 @@ class Standby:
 
 
 def answer_backlog(listener: socket.socket, seconds: float) -> int:
-    """Stop new connections at the kernel, then answer every connection already queued.
-
-    A filter that drops every packet is attached to the listening socket first: SYNs that
-    arrive from now on are dropped (the client retries, then meets a closed port: refused,
-    nothing sent), so the backlog only shrinks. Without the filter, a client reconnecting after
-    each 503 keeps the backlog non-empty, and closing the socket resets whoever is queued."""
-    _drop_new_connections(listener)
+    """Stop new connections at the kernel, answer every connection already queued, then close
+    ``listener`` (service/closing.py says how and why). Without the stop, a client reconnecting
+    after each 503 keeps the backlog non-empty, and closing the socket resets whoever is queued."""
+    closer = Closer(listener)
+    mechanism = closer.stop_new()
     server = StandbyServer(listener, "stopping")
     server.timeout = 0.05
     deadline = time.monotonic() + seconds
@@ -129,22 +126,6 @@ def answer_backlog(listener: socket.socket, seconds: float) -> int:
                 break  # nothing queued for 50 ms
     finally:
         server.server_close()
+        closer.close()
+    log.info("new connections stopped before closing by: %s", mechanism)
     return server.handled
-
-
-class _Instruction(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
-
-
-class _Program(ctypes.Structure):
-    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_Instruction))]
-
-
-def _drop_new_connections(listener: socket.socket) -> None:
-    drop_all = (_Instruction * 1)(_Instruction(0x06, 0, 0, 0))  # BPF_RET | BPF_K: keep 0 bytes
-    program = _Program(1, drop_all)
-    try:  # the kernel copies the program during the call: drop_all need not outlive it
-        raw = ctypes.string_at(ctypes.addressof(program), ctypes.sizeof(program))
-        listener.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, raw)
-    except OSError as exc:
-        log.warning("could not stop new connections before closing (%s): some may be reset", exc)

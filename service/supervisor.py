@@ -212,7 +212,6 @@ class Supervisor(Changes):
         answered = answer_backlog(listener, BACKLOG_SECONDS)
         if answered:
             log.info("answered %d queued connections with 503 before closing", answered)
-        listener.close()
         return 0 if all(code == 0 for code in codes) else 1
 
     def _exited(self) -> list[tuple[int, tuple[int, float], int]]:
@@ -235,9 +234,20 @@ class Supervisor(Changes):
 
 
 def _listen(host: str, port: int) -> socket.socket:
+    """The one listening socket every serving process accepts from (one shared accept queue).
+
+    SO_REUSEPORT lets the drain's plug join it at the end (service/closing.py); the probe
+    first, without it, so that a second server on the same port still fails to start instead
+    of joining the group and sharing its traffic."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind((host, port))
+        probe.listen(1)
+        port = probe.getsockname()[1]  # port 0: the same free port for the real listener
     listener = socket.socket(family, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     listener.bind((host, port))
     listener.listen(BACKLOG)
     listener.set_inheritable(True)

@@ -116,6 +116,17 @@ def test_a_port_in_use_is_one_line_and_exit_2():
     assert f"cannot listen on 127.0.0.1:{port}: [Errno 98] Address already in use" in result.stderr
 
 
+def test_a_second_server_on_the_http_port_stops_at_once(tmp_path):
+    """The listener has SO_REUSEPORT (for the drain's plug): a second server must still fail to
+    start instead of joining the port's group and taking part of the first one's traffic."""
+    with run_server(tmp_path, "--workers", "1") as first:
+        port = first.url.rsplit(":", 1)[1]
+        second = subprocess.run([INFERPOOL, "serve", "--port", port], capture_output=True, text=True, timeout=120)
+        assert first.process.poll() is None
+    assert second.returncode == 2
+    assert f"cannot listen on 127.0.0.1:{port}: [Errno 98] Address already in use" in second.stderr
+
+
 def test_impossible_thread_budget_is_refused_before_binding():
     result = subprocess.run(
         [INFERPOOL, "serve", "--runtime.num-runtimes", "64"], capture_output=True, text=True, timeout=60
