@@ -21,7 +21,7 @@ def test_one_client_uses_more_than_one_core_and_answers_as_eager():
     from tests.support.compute_models import conv_stack
 
     spec = conv_stack()
-    image = np.random.default_rng(0).random((1, 4, 32, 32), dtype=np.float32)
+    image = np.random.default_rng(0).random((1, 4, 64, 64), dtype=np.float32)
     with torch.inference_mode():
         want = spec.module(torch.from_numpy(image)).numpy()
     # `on`: the lane without its start-up gate, whose timing a machine busy with other tests can
