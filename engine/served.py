@@ -115,7 +115,7 @@ class ServedModel:
         backend = self.runtimes.backend
         if forked:
             apply_thread_plan(self.plan)
-        if self.runtimes.backend.needs_own_artifact(self.runtimes.compiled, self.plan, forked=forked):
+        if backend.needs_own_artifact(self.runtimes.compiled, self.plan, forked=forked):
             # A forked process: the shared artifact's threads stayed in the parent (measured on
             # an ORT session: a child's runs stay correct but use one thread; on an OpenVINO
             # model of two streams they hang), so this process builds its own, at the cost of

@@ -151,14 +151,10 @@ def choose(
     refusal = lane_memory_refusal(module, processes, usable_memory_bytes())
     if refusal is not None and options.lend_idle_cores == "auto":
         return WideChoice(cpus, False, refusal), None
-    lane: WideLane | None = None
-    choice = WideChoice(cpus, False, "")
-    batched = all(spec.batched for spec in module.schema.inputs)
-    for rows in (1, BATCH_PROBE) if batched else (1,):
-        choice, lane = _measure(backend, narrow, module, options, cpus, rows, lane)
-        if choice.enabled:
-            return choice, lane
-    return choice, None
+    choice, lane = _measure(backend, narrow, module, options, cpus, 1, None)
+    if not choice.enabled and all(spec.batched for spec in module.schema.inputs):
+        choice, lane = _measure(backend, narrow, module, options, cpus, BATCH_PROBE, lane)
+    return choice, lane if choice.enabled else None
 
 
 def _measure(
