@@ -29,8 +29,9 @@ from starlette.types import Receive, Scope, Send
 
 from inferpool.config import load_settings
 from inferpool.service.fastpath import HANDLER
+from inferpool.service.frontdoor import Activity
 from inferpool.service.metrics import Inference, Metrics
-from inferpool.service.middleware import Activity, RequestContext
+from inferpool.service.middleware import RequestContext
 from inferpool.service.observe import INFERENCE, Observer
 
 BODY = b'{"model":"digits","outputs":{"label":3}}'

@@ -12,14 +12,15 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from inferpool.config import Settings
-from inferpool.engine import EngineClient
+from inferpool.engine.client import EngineClient
 from inferpool.service.auth import ApiKeyAuth
 from inferpool.service.errors import install_error_handlers
 from inferpool.service.fastpath import InferPoolApp
+from inferpool.service.frontdoor import Activity, FrontDoor, Served
 from inferpool.service.grpc_v2.server import front_end
 from inferpool.service.host import ModelHost
 from inferpool.service.metrics import Metrics
-from inferpool.service.middleware import Activity, RequestContext
+from inferpool.service.middleware import RequestContext
 from inferpool.service.observe import Observer
 from inferpool.service.openapi import model_aware_openapi
 from inferpool.service.routes import health, openai, predict, repository, v2
@@ -36,8 +37,9 @@ def _version() -> str:
         return "0+unknown"
 
 
-def _announce(model: EngineClient, metrics: Metrics, version: str, model_version: str) -> None:
-    metrics.model_ready(model, version, model_version)
+def _announce(served: Served, metrics: Metrics, version: str) -> None:
+    model, model_version = served.model, served.labels[1]
+    metrics.model_ready(model, version, served.labels)
     labels = {**model.info.labels(), "version": model_version} if model_version else model.info.labels()
     log.info("serving %s", " ".join(f"{k}={v}" for k, v in labels.items()))
 
@@ -53,9 +55,11 @@ def create_app(settings: Settings, host: ModelHost | None = None) -> FastAPI:
     if host is None:
         host = ModelHost(settings)
 
+    door = FrontDoor(host, metrics, activity)
+
     def ready(model: EngineClient) -> None:
         activity.admit(model.info.capacity)
-        _announce(model, metrics, version, host.version_label(model))
+        _announce(door.add(model), metrics, version)
 
     host.on_ready = ready
 
@@ -73,7 +77,7 @@ def create_app(settings: Settings, host: ModelHost | None = None) -> FastAPI:
         if settings.grpc_port:
             # The supervisor sets app.state.control after create_app, before the server starts.
             control = getattr(app.state, "control", None)
-            grpc = front_end(settings, host, metrics, activity, version, control, observer)
+            grpc = front_end(settings, door, version, control, observer)
             await grpc.start()
         try:
             yield
@@ -93,13 +97,14 @@ def create_app(settings: Settings, host: ModelHost | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.host = host
     app.state.metrics = metrics
+    app.state.door = door
     # The hot routes' raw handlers, by the endpoint that documents each (service/fastpath.py).
-    answer_predict, answer_infer = predict.Predict(host, metrics), v2.Infer(host, metrics)
+    answer_predict = predict.Predict(door)
     app.state.hot_handlers = {
         predict.predict: answer_predict,
         predict.predict_named: answer_predict,
-        v2.infer: answer_infer,
-        openai.embeddings: openai.Embeddings(host, metrics),
+        v2.infer: v2.Infer(door),
+        openai.embeddings: openai.Embeddings(door),
     }
     app.state.hot_routers = [predict.router, v2.router, openai.router]
     app.include_router(predict.router)

@@ -16,8 +16,8 @@ from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from inferpool.service.errors import ErrorAnswer
+from inferpool.service.frontdoor import Pairs
 from inferpool.service.metrics import Metrics
-from inferpool.service.middleware import Pairs
 
 DOCS = frozenset({"/docs", "/docs/oauth2-redirect", "/openapi.json"})
 # Either spelling: ASGI header names are bytes, gRPC metadata keys str (both lower case).

@@ -24,6 +24,8 @@ import socket
 import struct
 import time
 
+from inferpool.service.readiness import Readiness
+
 log = logging.getLogger(__name__)
 SO_ATTACH_FILTER = 26  # linux/asm-generic/socket.h
 SO_ATTACH_REUSEPORT_CBPF = 51
@@ -113,7 +115,7 @@ class Closer:
     def _answer_strays(self, plug: socket.socket) -> None:
         from inferpool.service.standby import StandbyServer  # standby imports this module
 
-        server = StandbyServer(plug, "stopping")
+        server = StandbyServer(plug, Readiness.STOPPING)
         server.timeout = 0.05
         try:
             while True:

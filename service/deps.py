@@ -11,6 +11,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from inferpool.service.frontdoor import FrontDoor
 from inferpool.service.host import ModelHost
 from inferpool.service.metrics import Metrics
 
@@ -25,6 +26,11 @@ def metrics_of(request: Request) -> Metrics:
     return metrics
 
 
+async def _door(request: Request) -> FrontDoor:
+    door: FrontDoor = request.app.state.door
+    return door
+
+
 async def _host(request: Request) -> ModelHost:
     return host_of(request)
 
@@ -35,3 +41,4 @@ async def _metrics(request: Request) -> Metrics:
 
 HostDep = Annotated[ModelHost, Depends(_host)]
 MetricsDep = Annotated[Metrics, Depends(_metrics)]
+DoorDep = Annotated[FrontDoor, Depends(_door)]

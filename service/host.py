@@ -29,6 +29,7 @@ from inferpool.service.plans import plans as plans  # re-exported: the commands 
 from inferpool.service.plans import repository_plans as repository_plans
 from inferpool.service.plans import sized as sized
 from inferpool.service.plans import startup_plans as startup_plans
+from inferpool.service.readiness import Readiness
 
 log = logging.getLogger(__name__)
 
@@ -83,18 +84,17 @@ class ModelHost:
         self._loader.join(timeout)
 
     @property
-    def status(self) -> str:
+    def status(self) -> Readiness:
         if self.error is not None:
-            return "failed"
+            return Readiness.FAILED
         if self.default is None:
-            return "loading"
+            return Readiness.LOADING
         if self.stopping:
-            return "stopping"
-        # A worker thread died and its replacement is not up, or the pool lost a runtime.
+            return Readiness.STOPPING
         if not all(model.stats().healthy for model in self.all_models()):
-            return "degraded"
+            return Readiness.DEGRADED
         # Another serving process is starting or was replaced: the pod is not fully up.
-        return "ready" if self.board is None or self.board.all_ready() else "starting"
+        return Readiness.READY if self.board is None or self.board.all_ready() else Readiness.STARTING
 
     def serving(self) -> EngineClient:
         """The default model; NotReady (503) while the host is not serving (loading, stopping)."""

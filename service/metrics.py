@@ -137,7 +137,6 @@ class Metrics:
         self._routes: dict[tuple[str, Any], tuple[Child, Child]] = {}  # by (route, status)
         self._rpcs: dict[tuple[str, Any], tuple[Child, Child]] = {}  # by (rpc, code)
         self._models: dict[Labels, tuple[Child, ...]] = {}
-        self._labels: dict[int, Labels] = {}  # id(model) -> its labels, from model_ready
         self._reasons: dict[str, Child] = {}
 
         # Written by refresh() only, at most every REFRESH_SECONDS: prometheus-client's own.
@@ -192,21 +191,20 @@ class Metrics:
         whenever the models' gauges are."""
         self._door = read
 
-    def model_ready(self, model: EngineClient, server_version: str, model_version: str = "") -> None:
-        """``model`` serves, labelled by ``model_version`` ("" for the config's models)."""
+    def model_ready(self, model: EngineClient, server_version: str, labels: Labels) -> None:
+        """``model`` serves, labelled by ``labels`` (its name and version label: "" for the
+        config's models; the front door's record of it holds them)."""
         info = model.info
-        labels = self._labels[id(model)] = (model.name, model_version)
         self.runtimes.labels(*labels).set(info.runtimes)
         self.threads.labels(*labels).set(info.threads)
         self.info.labels(server_version, *labels, info.backend, info.dispatch, info.torch_version).set(1)
-        self.refresh(model, force=True)
+        self.refresh(model, labels, force=True)
 
-    def refresh(self, model: EngineClient, *, force: bool = False) -> None:
+    def refresh(self, model: EngineClient, labels: Labels, *, force: bool = False) -> None:
         """Copy the pool's live state into the gauges. Requests call it, but it writes at most
         every REFRESH_SECONDS (seven labelled writes per request showed up in profiles); a
         scrape forces it, so a single process always reports its exact state."""
         now = time.monotonic()
-        labels = self._labels.get(id(model)) or (model.name, "")
         if not force and now - self._refreshed.get(labels, -REFRESH_SECONDS) < REFRESH_SECONDS:
             return
         self._refreshed[labels] = now
@@ -310,7 +308,7 @@ def _served_version() -> str:
     return served[1] if served is not None else ""
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Inference:
     """One request's phases, as the route measured them (seconds)."""
 
@@ -324,7 +322,7 @@ class Inference:
     marks: tuple[float, float, float, float] | None = None
     """Where the phases happened, for traces: ``time.perf_counter()`` when the body began to
     arrive, when it was parsed and when encoding began, and the engine's ``dispatched``
-    (``time.monotonic()``). One field, not four: a frozen dataclass pays per field, per request."""
+    (``time.monotonic()``). One field, not four: a dataclass pays per field, per request."""
     version: str = field(default_factory=_served_version)
     """The model's version label; by default the one the request resolved (ModelHost.get), so
     that every front end's observations carry it without passing it along."""

@@ -16,21 +16,17 @@ each), and answers the rest at once with a prebuilt 503: no routing, no body rea
 from __future__ import annotations
 
 import itertools
-import os
 import time
-from collections.abc import Iterable, Iterator
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from inferpool.engine.requests import request_id
 from inferpool.service.apierror import error_body_for
+from inferpool.service.frontdoor import Activity, client_request_id, request_ids, shed_message
 from inferpool.service.metrics import Metrics
 from inferpool.service.observe import INFERENCE, Observer
 
 STARTED = "inferpool.started"  # scope keys the /predict route reads and writes (and INFERENCE)
-MAX_REQUEST_ID = 128
-# Either spelling: ASGI header names are bytes, gRPC metadata keys str (both lower case).
-REQUEST_ID = (b"x-request-id", "x-request-id")
 CLIENT_CLOSED = 499  # as nginx logs a request whose client left before it was answered
 NEVER_SHED = ("/health", "/v2/health", "/metrics")  # probes and scrapes must answer under overload
 # One counter per process: the hot routes run their own instance of this middleware
@@ -41,35 +37,6 @@ SHED_RESPONSE_HEADERS = [
     (b"retry-after", b"1"),
 ]
 CLOSE = (b"connection", b"close")
-Pairs = Iterable[tuple[str | bytes, str | bytes]]
-"""A call's HTTP headers (an ASGI scope's) or gRPC metadata: what both front ends read."""
-
-
-class Activity:
-    """Requests whose body has arrived and whose answer is not yet sent (GETs are not
-    counted); the drain on SIGTERM waits for zero."""
-
-    def __init__(self) -> None:
-        self.active = 0
-        self.limit: int | None = None
-        """Most requests inside the process before new ones are shed at the door; None while
-        the models load."""
-        self.closing = False
-        """Draining: every answer says ``Connection: close``, so that a keep-alive client's
-        next request goes to a new connection (another replica) instead of meeting a socket
-        this process closes under it."""
-
-    def admit(self, capacity: int) -> None:
-        """A model is ready: it holds ``capacity`` requests (runtimes + its queue).
-
-        The door counts every request inside the process, not only those in the engine: under
-        a load the event loop cannot keep up with, the pile-up is in front of the engine. Of
-        the variants measured (also a door at twice the capacity, and one counting only the
-        requests outside the engine, so up to twice the capacity inside), this one answered
-        admitted requests soonest and missed the fewest deadlines (docs/BENCHMARKS.md, "Figures
-        moved from the code"). Its cost: clients right at the capacity can be refused (raise
-        ``max_queue`` for such fleets)."""
-        self.limit = (self.limit or 0) + capacity
 
 
 class RequestContext:
@@ -87,9 +54,9 @@ class RequestContext:
             return
         started = scope[STARTED] = time.perf_counter()
         rid = client_request_id(scope["headers"]) or next(self._ids)
-        limit = self.activity.limit
+        limit = self.activity.full()
         path = scope["path"]
-        if limit is not None and self.activity.active >= limit and not _never_shed(path):
+        if limit is not None and not _never_shed(path):
             await self._shed(send, rid, limit, self.activity.closing, path)
             self.metrics.observe_error("load_shed")
             ended = time.perf_counter()
@@ -151,8 +118,7 @@ class RequestContext:
 
     @staticmethod
     async def _shed(send: Send, rid: str, limit: int, closing: bool, path: str) -> None:
-        message = f"overloaded: {limit} requests are already in progress; retry later"
-        body = error_body_for(path, 503, message, reason="load_shed")
+        body = error_body_for(path, 503, shed_message(limit), reason="load_shed")
         headers = [*SHED_RESPONSE_HEADERS, (b"content-length", b"%d" % len(body)), (b"x-request-id", rid.encode())]
         if closing:
             headers.append(CLOSE)
@@ -162,22 +128,3 @@ class RequestContext:
 
 def _never_shed(path: str) -> bool:
     return path.startswith(NEVER_SHED) or path.endswith("/ready")  # v2's per-model readiness too
-
-
-def client_request_id(pairs: Pairs) -> str | None:
-    """The caller's own ``x-request-id``, from HTTP headers or gRPC metadata; None when it
-    sent none or one unfit to echo (see MAX_REQUEST_ID)."""
-    for name, value in pairs:
-        if name in REQUEST_ID:
-            text = value if isinstance(value, str) else value.decode("latin-1")
-            # Echoed into logs and headers: keep it short and printable.
-            return text if 0 < len(text) <= MAX_REQUEST_ID and text.isprintable() else None
-    return None
-
-
-def request_ids(serial: Iterator[int], tag: str = "") -> Iterator[str]:
-    """Generated request ids: unique across processes and restarts (the process id and the time
-    this is called, then ``serial``) and cheaper than a uuid4 per request. Call it in the
-    serving process (after the fork); ``tag`` keeps generators on separate serials apart."""
-    prefix = f"{os.getpid():x}-{tag}{int(time.time()):x}-"  # once: per id it would cost more than the serial
-    return (prefix + str(n) for n in serial)

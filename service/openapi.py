@@ -26,8 +26,8 @@ from inferpool.engine import Handler, Schema
 from inferpool.service import openai_spec
 from inferpool.service.apierror import OPENAI_PREFIX
 from inferpool.service.errors import documented_error
+from inferpool.service.frontdoor import MAX_REQUEST_ID
 from inferpool.service.host import ModelHost
-from inferpool.service.middleware import MAX_REQUEST_ID
 from inferpool.service.openapi_schemas import (
     Served,
     describe_predict,
@@ -36,8 +36,8 @@ from inferpool.service.openapi_schemas import (
     v2_example,
     zeros,
 )
-from inferpool.service.routes.v2 import VERSION
 from inferpool.service.timing import MIN_TIMEOUT_MS, TIMEOUT_PATTERN
+from inferpool.service.v2codec import VERSION
 
 PREDICT_REQUEST: dict[str, Any] = {
     "required": True,

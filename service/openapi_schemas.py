@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from inferpool.engine import Handler, Schema, TensorSpec
-from inferpool.service.routes.v2 import VERSION
-from inferpool.service.v2codec import metadata
+from inferpool.service.v2codec import VERSION, metadata
 from inferpool.service.v2types import DATATYPES, MIN_TIMEOUT_US
 
 LISTED_BATCHES = 32  # the most v2 batch sizes the spec lists one by one (the module docstring says why)

@@ -14,8 +14,10 @@ from starlette.types import Receive, Scope, Send
 
 from inferpool.service.codec import Disconnected
 from inferpool.service.errors import ErrorAnswer, answer_for, unexpected
-from inferpool.service.host import ModelHost
-from inferpool.service.metrics import Metrics
+from inferpool.service.frontdoor import FrontDoor
+from inferpool.service.metrics import Inference
+from inferpool.service.middleware import STARTED
+from inferpool.service.observe import INFERENCE
 
 JSON = b"application/json"
 BINARY = b"application/octet-stream"
@@ -52,15 +54,24 @@ Answer = tuple[bytes, bytes, RawHeaders]
 """A 200's body, content type and extra headers."""
 
 
-class RawRoute:
-    """A hot route's raw ASGI handler: ``answer`` computes the 200, every exception becomes
-    its JSON error here, and a client that left before its body arrived gets nothing."""
+def timed(scope: Scope, inference: Inference) -> tuple[bytes, bytes]:
+    """The ``Server-Timing`` header of an answered request; the scope keeps the phases for the
+    middleware (the server's own overhead is end to end minus inference)."""
+    scope[INFERENCE] = inference
+    received, _, encoding, _ = inference.marks or (0.0, 0.0, 0.0, 0.0)
+    total = encoding + inference.encode_seconds - scope.get(STARTED, received)
+    return b"server-timing", inference.server_timing(total).encode()
 
-    def __init__(self, host: ModelHost, metrics: Metrics) -> None:
-        self.host = host
-        self.metrics = metrics
-        self.max_body_bytes = host.settings.max_body_bytes
-        self.timeout_ms = host.settings.request_timeout_ms
+
+class RawRoute:
+    """A hot route's raw ASGI handler: ``answer`` decodes the request, hands it to the front
+    door and encodes the 200; every exception becomes its JSON error here, and a client that
+    left before its body arrived gets nothing."""
+
+    def __init__(self, door: FrontDoor) -> None:
+        self.door = door
+        self.metrics = door.metrics
+        self.max_body_bytes = door.host.settings.max_body_bytes
 
     async def answer(self, scope: Scope, receive: Receive) -> Answer:
         raise NotImplementedError

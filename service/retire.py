@@ -19,8 +19,8 @@ import time
 import uvicorn
 
 from inferpool.service.control import Control
+from inferpool.service.frontdoor import Activity
 from inferpool.service.host import ModelHost
-from inferpool.service.middleware import Activity
 from inferpool.service.server import POLL_SECONDS, DrainingServer
 
 log = logging.getLogger(__name__)

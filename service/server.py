@@ -21,8 +21,8 @@ from types import FrameType
 
 import uvicorn
 
+from inferpool.service.frontdoor import Activity
 from inferpool.service.host import ModelHost
-from inferpool.service.middleware import Activity
 
 log = logging.getLogger(__name__)
 POLL_SECONDS = 0.01

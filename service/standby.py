@@ -23,6 +23,7 @@ import orjson
 
 from inferpool.service.apierror import closing_head, error_body
 from inferpool.service.closing import Closer
+from inferpool.service.readiness import Readiness
 
 log = logging.getLogger(__name__)
 MAX_DISCARD = 64 << 20  # request bodies read and dropped, so that closing does not reset
@@ -44,7 +45,7 @@ class _Answer(BaseHTTPRequestHandler):
         while length > 0 and (chunk := self.rfile.read(min(length, 1 << 16))):
             length -= len(chunk)
         path, state = self.path.split("?")[0], self.server.state
-        live = path in LIVENESS and state == "loading"
+        live = path in LIVENESS and state == Readiness.LOADING
         status = HTTPStatus.OK if live else HTTPStatus.SERVICE_UNAVAILABLE
         error = f"model is not ready ({state})"
         # The shapes the routes answer: health probes say the status, other routes the error.
@@ -70,7 +71,7 @@ class StandbyServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
     daemon_threads = False  # server_close() joins them: no thread may outlive a fork
     block_on_close = True
 
-    def __init__(self, listener: socket.socket, state: str) -> None:
+    def __init__(self, listener: socket.socket, state: Readiness) -> None:
         super().__init__(listener.getsockname(), _Answer, bind_and_activate=False)
         self.socket.close()
         self.socket = listener.dup()
@@ -98,7 +99,7 @@ class StandbyServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
 class Standby:
     """Serves a StandbyServer on a thread until ``stop()``; ``stop()`` joins every thread."""
 
-    def __init__(self, listener: socket.socket, state: str) -> None:
+    def __init__(self, listener: socket.socket, state: Readiness) -> None:
         self.server = StandbyServer(listener, state)
         self._thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), name="standby")
         self._thread.start()
@@ -115,7 +116,7 @@ def answer_backlog(listener: socket.socket, seconds: float) -> int:
     after each 503 keeps the backlog non-empty, and closing the socket resets whoever is queued."""
     closer = Closer(listener)
     mechanism = closer.stop_new()
-    server = StandbyServer(listener, "stopping")
+    server = StandbyServer(listener, Readiness.STOPPING)
     server.timeout = 0.05
     deadline = time.monotonic() + seconds
     try:

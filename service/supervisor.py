@@ -44,6 +44,7 @@ from inferpool.service.board import DOWN, ProcessBoard
 from inferpool.service.changes import SIGNALS, Changes
 from inferpool.service.desk import Desk
 from inferpool.service.host import ModelHost
+from inferpool.service.readiness import Readiness
 from inferpool.service.standby import Standby, answer_backlog
 
 log = logging.getLogger(__name__)
@@ -87,7 +88,7 @@ class Supervisor(Changes):
         # and a KeyboardInterrupt raised inside an exporter or a probe thread can be swallowed.
         if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not if inherited as ignored
             signal.signal(signal.SIGINT, signal.SIG_DFL)
-        standby = Standby(listener, "loading")
+        standby = Standby(listener, Readiness.LOADING)
         try:
             host.preload()
         except EngineError as exc:  # the model's or the config's fault: one line, as config errors are

@@ -1,19 +1,12 @@
-"""One request's deadline and phase timings: the timings go into the metrics, the
-``Server-Timing`` header and the scope (where the middleware picks up inference time to
-compute the server's own overhead)."""
+"""One request's deadline, from its own timeout (the X-Request-Timeout-Ms header, the v2
+parameter) or the server's default: what every front end hands the front door."""
 
 from __future__ import annotations
 
 import re
 import time
 
-from starlette.types import Scope
-
-from inferpool.engine import Prediction
 from inferpool.service.apierror import ApiError
-from inferpool.service.metrics import Inference, Metrics
-from inferpool.service.middleware import STARTED
-from inferpool.service.observe import INFERENCE
 
 TIMEOUT_HEADER = b"x-request-timeout-ms"
 MIN_TIMEOUT_MS = 1
@@ -44,30 +37,3 @@ def _header_ms(header: bytes) -> int:
                    f"{MIN_TIMEOUT_MS} or more, like 250")  # fmt: skip
         raise ApiError(400, message, "invalid_input")
     return int(header)
-
-
-def record(
-    scope: Scope,
-    metrics: Metrics,
-    model: str,
-    prediction: Prediction,
-    *,
-    received: float,
-    parsed: float,
-    encoding: float,
-    encoded: float,
-) -> str:
-    """Observe the phases; returns the ``Server-Timing`` header that reports them."""
-    inference = Inference(
-        model=model,
-        decode_seconds=parsed - received + prediction.validate_seconds,
-        queue_seconds=prediction.queue_seconds,
-        compute_seconds=prediction.compute_seconds,
-        encode_seconds=encoded - encoding,
-        batch_size=prediction.batch_size,
-        batch_seconds=prediction.batch_seconds,
-        marks=(received, parsed, encoding, prediction.dispatched),
-    )
-    scope[INFERENCE] = inference
-    metrics.observe_inference(inference)
-    return inference.server_timing(encoded - scope.get(STARTED, received))

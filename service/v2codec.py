@@ -37,6 +37,7 @@ from inferpool.service.v2types import (
 )
 
 HEADER_LENGTH = "inference-header-content-length"
+VERSION = "1"  # the version of the config's models; a repository's have their folders' numbers
 # The kinds of JSON data (as numpy infers them) each datatype's kind takes: JSON numbers widen
 # to floats, but nothing else is cast (Triton refuses true for FP32 and 1.5 for INT64 alike).
 _JSON_KINDS = {"f": "fiu", "i": "iu", "u": "iu", "b": "b"}

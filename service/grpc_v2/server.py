@@ -22,10 +22,9 @@ from grpc_health.v1.health import aio as health_aio
 from inferpool.config import Settings
 from inferpool.service.auth import ApiKey
 from inferpool.service.control import Control
+from inferpool.service.frontdoor import FrontDoor
 from inferpool.service.grpc_v2.servicer import SERVICE, Servicer
 from inferpool.service.host import ModelHost
-from inferpool.service.metrics import Metrics
-from inferpool.service.middleware import Activity
 from inferpool.service.observe import Observer
 
 log = logging.getLogger(__name__)
@@ -42,24 +41,15 @@ def address(host: str, port: int) -> str:
 
 
 def front_end(
-    settings: Settings, host: ModelHost, metrics: Metrics, activity: Activity, version: str,
-    control: Control | None = None, observer: Observer | None = None,
+    settings: Settings, door: FrontDoor, version: str, control: Control | None = None,
+    observer: Observer | None = None,
 ) -> GrpcFrontEnd:  # fmt: skip
     """``control``: the process's channel to the supervisor, for the repository methods (None
     without a repository, or outside a supervisor)."""
     key = settings.api_key
     auth = None if key is None else ApiKey(key.get_secret_value(), settings.auth_exempt)
-    servicer = Servicer(
-        host,
-        metrics,
-        activity,
-        version=version,
-        auth=auth,
-        timeout_ms=settings.request_timeout_ms,
-        control=control,
-        observer=observer,
-    )
-    front = GrpcFrontEnd(servicer, host, address(settings.host, settings.grpc_port), settings.max_body_bytes)
+    servicer = Servicer(door, version=version, auth=auth, control=control, observer=observer)
+    front = GrpcFrontEnd(servicer, door.host, address(settings.host, settings.grpc_port), settings.max_body_bytes)
     servicer.retired = partial(front.retire, settings.drain_seconds)
     return front
 
@@ -117,7 +107,7 @@ class GrpcFrontEnd:
             await self._copy_health()
 
     async def _copy_health(self) -> None:
-        status = SERVING if self.host.status == "ready" else NOT_SERVING
+        status = SERVING if self.host.status.ready else NOT_SERVING
         for service in SERVICES:
             await self.health.set(service, status)
 
@@ -135,4 +125,4 @@ class Health(health_aio.HealthServicer):
     ) -> health_pb2.HealthCheckResponse:
         if request.service not in SERVICES:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"no service {request.service!r} here")
-        return health_pb2.HealthCheckResponse(status=SERVING if self.host.status == "ready" else NOT_SERVING)
+        return health_pb2.HealthCheckResponse(status=SERVING if self.host.status.ready else NOT_SERVING)

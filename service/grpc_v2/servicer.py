@@ -5,8 +5,9 @@ applies: service/auth.py), the call is timed and counted by method and status co
 error becomes its gRPC status at that one place (service/grpc_v2/status.py). ModelInfer and
 the repository methods (service/grpc_v2/repository.py) come in through the door HTTP's POSTs use
 (the ``Activity`` count, so shedding, the drain and a retiring process see both front ends).
-ModelInfer takes its deadline from the gRPC deadline or the v2 "timeout" parameter, and reports
-its phases like the REST route.
+ModelInfer only decodes and encodes: the front door (service/frontdoor.py) resolves its model
+and runs it, with its deadline from the gRPC deadline or the v2 "timeout" parameter, and
+observes its phases as for REST.
 """
 
 from __future__ import annotations
@@ -15,27 +16,24 @@ import asyncio
 import itertools
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from typing import Any
 
 import grpc
 
-from inferpool.engine import NotReady, Overloaded
+from inferpool.engine.errors import NotReady, Overloaded
 from inferpool.engine.requests import request_id
 from inferpool.service.auth import ApiKey
 from inferpool.service.control import Control
 from inferpool.service.errors import ErrorAnswer, answer_for
+from inferpool.service.frontdoor import FrontDoor, Served, client_request_id, request_ids
 from inferpool.service.grpc_v2 import inference_pb2 as pb
 from inferpool.service.grpc_v2 import tensors
 from inferpool.service.grpc_v2.repository import Repository
 from inferpool.service.grpc_v2.status import Refused, code_of, status_of
-from inferpool.service.host import ModelHost
-from inferpool.service.metrics import Inference, Metrics
-from inferpool.service.middleware import Activity, client_request_id, request_ids
+from inferpool.service.metrics import Inference
 from inferpool.service.observe import Observer
-from inferpool.service.routes.v2 import ExpectedInputs, find_model
-from inferpool.service.timing import deadline
 from inferpool.service.v2codec import metadata
 
 log = logging.getLogger(__name__)
@@ -54,20 +52,19 @@ REST_TWIN = {"ServerLive": "/v2/health/live", "ServerReady": "/v2/health/ready"}
 
 class Servicer:
     def __init__(
-        self, host: ModelHost, metrics: Metrics, activity: Activity, *, version: str, auth: ApiKey | None,
-        timeout_ms: float, control: Control | None = None, observer: Observer | None = None,
+        self, door: FrontDoor, *, version: str, auth: ApiKey | None, control: Control | None = None,
+        observer: Observer | None = None,
     ) -> None:  # fmt: skip
-        self.host = host
-        self.metrics = metrics
-        self.activity = activity
+        self.door = door
+        self.host = door.host
+        self.metrics = door.metrics
+        self.activity = door.activity
         self.version = version
         self.auth = auth
-        self.timeout_ms = timeout_ms
         self.observer = observer
         self.repository = Repository(control)
         self.retired: Callable[[], None] = lambda: None
         """Called when a call ends in a process that a newer one replaces (set by the front end)."""
-        self.expected = ExpectedInputs()
         self._ids = request_ids(itertools.count(), tag="g")  # "g": HTTP's ids count on their own serial
 
     def handlers(self) -> grpc.GenericRpcHandler:
@@ -148,15 +145,15 @@ class Servicer:
         return handle
 
     async def server_live(self, request: pb.ServerLiveRequest, context: Any) -> pb.ServerLiveResponse:
-        return pb.ServerLiveResponse(live=self.host.status != "failed")
+        return pb.ServerLiveResponse(live=self.host.status.live)
 
     async def server_ready(self, request: pb.ServerReadyRequest, context: Any) -> pb.ServerReadyResponse:
-        return pb.ServerReadyResponse(ready=self.host.status == "ready")
+        return pb.ServerReadyResponse(ready=self.host.status.ready)
 
     async def model_ready(self, request: pb.ModelReadyRequest, context: Any) -> pb.ModelReadyResponse:
         # As REST's /v2/models/{name}[/versions/{v}]/ready: an unknown model is NOT_FOUND.
         try:
-            model = find_model(self.host, request.name, request.version or None)
+            model = self.host.get(request.name, request.version or None)
         except NotReady:
             return pb.ModelReadyResponse(ready=False)
         return pb.ModelReadyResponse(ready=self.host.ready(model))
@@ -165,7 +162,7 @@ class Servicer:
         return pb.ServerMetadataResponse(name="inferpool", version=self.version)
 
     async def model_metadata(self, request: pb.ModelMetadataRequest, context: Any) -> pb.ModelMetadataResponse:
-        model = find_model(self.host, request.name, request.version or None)
+        model = self.host.get(request.name, request.version or None)
         found = metadata(model.name, model.schema, self.host.version_of(model), model.info.handler)
         response = pb.ModelMetadataResponse(name=found["name"], versions=found["versions"], platform=found["platform"])
         for field in ("inputs", "outputs"):
@@ -179,11 +176,11 @@ class Servicer:
         activity = self.activity
 
         async def counted(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-            limit = activity.limit
-            if limit is not None and activity.active >= limit:
+            try:
+                activity.enter()
+            except Overloaded:
                 self.metrics.observe_error("load_shed")
-                raise Overloaded(f"the server holds {limit} requests already; retry later or elsewhere")
-            activity.active += 1
+                raise
             try:
                 return await method(request, context)
             finally:
@@ -196,29 +193,16 @@ class Servicer:
         rid = client_request_id(context.invocation_metadata() or ()) or request.id or next(self._ids)
         request_id.set(rid)
         context.set_trailing_metadata((("x-request-id", rid),))
-        model = find_model(self.host, request.model_name, request.model_version or None)
-        decoded = tensors.decode(request, self.expected(model))
-        parsed = time.perf_counter()
-        when = deadline(None, self.timeout_ms, decoded.timeout_ms)
-        remaining = context.time_remaining()
-        if remaining is not None:  # the caller's own deadline, when it set one
-            when = min(when or float("inf"), time.monotonic() + remaining)
-        prediction = await model.infer(decoded.inputs, when, rid)
-        encoding = time.perf_counter()
-        response = tensors.encode(
-            model.name, self.host.version_of(model), request.id, prediction.outputs, decoded.outputs
-        )
-        inference = Inference(
-            model=model.name,
-            decode_seconds=parsed - received + prediction.validate_seconds,
-            queue_seconds=prediction.queue_seconds,
-            compute_seconds=prediction.compute_seconds,
-            encode_seconds=time.perf_counter() - encoding,
-            batch_size=prediction.batch_size,
-            batch_seconds=prediction.batch_seconds,
-            marks=(received, parsed, encoding, prediction.dispatched),
-        )
-        self.metrics.observe_inference(inference)
+        door = self.door
+        served = door.resolve(request.model_name, request.model_version or None)
+        decoded = tensors.decode(request, served.expected())
+        response, inference = await door.infer(
+            served, decoded.inputs, _encode, (request.id, decoded.outputs), received=received,
+            parsed=time.perf_counter(), rid=rid, timeout_ms=decoded.timeout_ms, remaining=context.time_remaining(),
+        )  # fmt: skip
         _inference.set(inference)
-        self.metrics.refresh(model)
         return response
+
+
+def _encode(served: Served, outputs: Mapping[str, Any], asked: tuple[str, Any]) -> pb.ModelInferResponse:
+    return tensors.encode(served.name, served.version, asked[0], outputs, asked[1])

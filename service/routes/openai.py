@@ -9,6 +9,8 @@ Embeddings go through the same door, admission, deadlines, batching and metrics 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
+from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from starlette.types import Receive, Scope
@@ -19,11 +21,12 @@ from inferpool.service.apierror import ApiError
 from inferpool.service.codec import json_response, read_body
 from inferpool.service.deps import HostDep
 from inferpool.service.fastpath import documentation_only
+from inferpool.service.frontdoor import Served
 from inferpool.service.host import ModelHost
-from inferpool.service.openai_codec import encode_response, for_model, model_object, parse_request
+from inferpool.service.openai_codec import EmbeddingsRequest, encode_response, for_model, model_object, parse_request
 from inferpool.service.openai_spec import EMBEDDINGS_REQUEST, EMBEDDINGS_RESPONSES, MODEL_RESPONSES, MODELS_RESPONSES
-from inferpool.service.rawasgi import JSON, Answer, RawRoute, request_headers
-from inferpool.service.timing import TIMEOUT_HEADER, deadline, record
+from inferpool.service.rawasgi import JSON, Answer, RawRoute, request_headers, timed
+from inferpool.service.timing import TIMEOUT_HEADER
 
 router = APIRouter(prefix="/v1", tags=["OpenAI embeddings"])
 HEADERS = frozenset({b"content-length", b"content-encoding", TIMEOUT_HEADER})
@@ -88,26 +91,25 @@ class Embeddings(RawRoute):
     """The raw ASGI handler of ``POST /v1/embeddings``."""
 
     async def answer(self, scope: Scope, receive: Receive) -> Answer:
-        metrics = self.metrics
+        door = self.door
         headers = request_headers(scope, HEADERS)
         received = time.perf_counter()
         body = await read_body(
             receive, headers.get(b"content-length"), self.max_body_bytes, headers.get(b"content-encoding")
         )
         request = parse_request(body)
-        model, declared = embedding_model(self.host, request.model)
+        model, declared = embedding_model(door.host, request.model)
         for_model(request, model.name, declared)
-        parsed = time.perf_counter()
-        when = deadline(headers.get(TIMEOUT_HEADER), self.timeout_ms)
         try:
-            prediction = await model.infer(request.inputs, when, request_id.get())
+            content, inference = await door.infer(
+                door.of(model), request.inputs, _encode, (declared, request), received=received,
+                parsed=time.perf_counter(), rid=request_id.get(), timeout=headers.get(TIMEOUT_HEADER),
+            )  # fmt: skip
         except InvalidInput as exc:  # what the handler refuses here is always in 'input'
             raise ApiError(400, str(exc), exc.reason, param="input") from None
-        encoding = time.perf_counter()
-        content = encode_response(model.name, prediction.outputs, declared, request)
-        timing = record(
-            scope, metrics, model.name, prediction,
-            received=received, parsed=parsed, encoding=encoding, encoded=time.perf_counter(),
-        )  # fmt: skip
-        metrics.refresh(model)
-        return content, JSON, [(b"server-timing", timing.encode())]
+        return content, JSON, [timed(scope, inference)]
+
+
+def _encode(served: Served, outputs: Mapping[str, Any], decoded: tuple[TextEmbedding, EmbeddingsRequest]) -> bytes:
+    declared, request = decoded
+    return encode_response(served.name, outputs, declared, request)

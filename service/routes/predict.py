@@ -6,6 +6,8 @@ says why and how)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
+from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from starlette.types import Receive, Scope
@@ -14,9 +16,10 @@ from inferpool.engine.requests import request_id
 from inferpool.service.codec import decode_inputs, encode_json, read_body
 from inferpool.service.errors import documented_error
 from inferpool.service.fastpath import documentation_only
+from inferpool.service.frontdoor import Served
 from inferpool.service.openapi import PREDICT_REQUEST, PREDICT_RESPONSES
-from inferpool.service.rawasgi import JSON, Answer, RawRoute, request_headers
-from inferpool.service.timing import TIMEOUT_HEADER, deadline, record
+from inferpool.service.rawasgi import JSON, Answer, RawRoute, request_headers, timed
+from inferpool.service.timing import TIMEOUT_HEADER
 
 router = APIRouter()
 HEADERS = frozenset({b"content-length", b"content-encoding", TIMEOUT_HEADER})
@@ -52,22 +55,20 @@ class Predict(RawRoute):
     """The raw ASGI handler of both routes (the model by the ``name`` path parameter)."""
 
     async def answer(self, scope: Scope, receive: Receive) -> Answer:
-        metrics = self.metrics
-        model = self.host.get(scope["path_params"].get("name"))
+        door = self.door
+        served = door.resolve(scope["path_params"].get("name"))
         headers = request_headers(scope, HEADERS)
         received = time.perf_counter()
         request_body = await read_body(
             receive, headers.get(b"content-length"), self.max_body_bytes, headers.get(b"content-encoding")
         )
         inputs = decode_inputs(request_body)
-        parsed = time.perf_counter()
-        when = deadline(headers.get(TIMEOUT_HEADER), self.timeout_ms)
-        prediction = await model.infer(inputs, when, request_id.get())
-        encoding = time.perf_counter()
-        body = encode_json({"model": model.name, "outputs": prediction.outputs})
-        timing = record(
-            scope, metrics, model.name, prediction,
-            received=received, parsed=parsed, encoding=encoding, encoded=time.perf_counter(),
+        body, inference = await door.infer(
+            served, inputs, _encode, None, received=received, parsed=time.perf_counter(), rid=request_id.get(),
+            timeout=headers.get(TIMEOUT_HEADER),
         )  # fmt: skip
-        metrics.refresh(model)
-        return body, JSON, [(b"server-timing", timing.encode())]
+        return body, JSON, [timed(scope, inference)]
+
+
+def _encode(served: Served, outputs: Mapping[str, Any], _: None) -> bytes:
+    return encode_json({"model": served.name, "outputs": outputs})

@@ -7,43 +7,27 @@ Errors are ``{"error": "..."}`` on every path (the protocol's shape, and the ser
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
+from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from starlette.types import Receive, Scope
 
-from inferpool.engine import EngineClient
+from inferpool.engine.client import EngineClient
 from inferpool.engine.requests import request_id
 from inferpool.service.codec import json_response, read_body
 from inferpool.service.deps import HostDep, host_of
 from inferpool.service.errors import ERROR_RESPONSES
 from inferpool.service.fastpath import documentation_only
+from inferpool.service.frontdoor import Served
 from inferpool.service.host import ModelHost
-from inferpool.service.metrics import Metrics
-from inferpool.service.rawasgi import BINARY, JSON, Answer, RawRoute, request_headers
-from inferpool.service.timing import TIMEOUT_HEADER, deadline, record
-from inferpool.service.v2codec import HEADER_LENGTH, encode_response, metadata, parse_request
-from inferpool.service.v2types import TensorMeta
+from inferpool.service.rawasgi import BINARY, JSON, Answer, RawRoute, request_headers, timed
+from inferpool.service.timing import TIMEOUT_HEADER
+from inferpool.service.v2codec import HEADER_LENGTH, InferRequest, encode_response, metadata, parse_request
 
 router = APIRouter(prefix="/v2", tags=["Open Inference Protocol v2"], responses=ERROR_RESPONSES)
-VERSION = "1"  # the version of the config's models; a repository's have their folders' numbers
 HEADER_LENGTH_RAW = HEADER_LENGTH.encode()
 HEADERS = frozenset({b"content-length", b"content-encoding", TIMEOUT_HEADER, HEADER_LENGTH_RAW})
-
-
-class ExpectedInputs:
-    """Each model's inputs as its metadata declares them (what a request's must match), built
-    on a model's first request; REST and gRPC infer both check against it."""
-
-    def __init__(self) -> None:
-        # By id: two versions of a model may differ, and a process's models never change.
-        self._tables: dict[int, dict[str, TensorMeta]] = {}
-
-    def __call__(self, model: EngineClient) -> dict[str, TensorMeta]:
-        found = self._tables.get(id(model))
-        if found is None:
-            inputs = metadata(model.name, model.schema, VERSION, model.info.handler)["inputs"]
-            found = self._tables[id(model)] = TensorMeta.table(inputs)
-        return found
 
 
 def find_model(host: ModelHost, name: str, version: str | None) -> EngineClient:
@@ -58,12 +42,13 @@ async def server_metadata(request: Request) -> Response:
 
 @router.get("/health/live", summary="Server liveness")
 async def live(host: HostDep) -> Response:
-    return json_response({"live": host.status != "failed"}, 200 if host.status != "failed" else 503)
+    live = host.status.live
+    return json_response({"live": live}, 200 if live else 503)
 
 
 @router.get("/health/ready", summary="Server readiness")
 async def ready(host: HostDep) -> Response:
-    ok = host.status == "ready"
+    ok = host.status.ready
     return json_response({"ready": ok}, 200 if ok else 503, None if ok else {"Retry-After": "1"})
 
 
@@ -123,14 +108,10 @@ async def infer(request: Request, name: str, version: str | None = None) -> Resp
 class Infer(RawRoute):
     """The raw ASGI handler of both infer routes (service/fastpath.py says why and how)."""
 
-    def __init__(self, host: ModelHost, metrics: Metrics) -> None:
-        super().__init__(host, metrics)
-        self.expected = ExpectedInputs()
-
     async def answer(self, scope: Scope, receive: Receive) -> Answer:
-        metrics = self.metrics
+        door = self.door
         params = scope["path_params"]
-        model = find_model(self.host, params["name"], params.get("version"))
+        served = door.resolve(params["name"], params.get("version"))
         headers = request_headers(scope, HEADERS)
         received = time.perf_counter()
         body = await read_body(
@@ -138,20 +119,17 @@ class Infer(RawRoute):
         )
         length = headers.get(HEADER_LENGTH_RAW)
         json_length = None if length is None else length.decode("latin-1")
-        parsed_request = parse_request(body, json_length, self.expected(model))
-        parsed = time.perf_counter()
-        when = deadline(headers.get(TIMEOUT_HEADER), self.timeout_ms, parsed_request.timeout_ms)
-        prediction = await model.infer(parsed_request.inputs, when, request_id.get())
-        encoding = time.perf_counter()
-        version = self.host.version_of(model)
-        content, header_length = encode_response(model.name, parsed_request, prediction.outputs, version)
-        timing = record(
-            scope, metrics, model.name, prediction,
-            received=received, parsed=parsed, encoding=encoding, encoded=time.perf_counter(),
+        request = parse_request(body, json_length, served.expected())
+        (content, header_length), inference = await door.infer(
+            served, request.inputs, _encode, request, received=received, parsed=time.perf_counter(),
+            rid=request_id.get(), timeout=headers.get(TIMEOUT_HEADER), timeout_ms=request.timeout_ms,
         )  # fmt: skip
-        metrics.refresh(model)
-        extra = [(b"server-timing", timing.encode())]
+        extra = [timed(scope, inference)]
         if header_length is None:
             return content, JSON, extra
         extra.append((HEADER_LENGTH_RAW, b"%d" % header_length))
         return content, BINARY, extra
+
+
+def _encode(served: Served, outputs: Mapping[str, Any], request: InferRequest) -> tuple[bytes, int | None]:
+    return encode_response(served.name, request, outputs, served.version)

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from inferpool.service.auth import ApiKey, presented_key
-from inferpool.service.middleware import MAX_REQUEST_ID, client_request_id, request_ids
+from inferpool.service.frontdoor import MAX_REQUEST_ID, client_request_id, request_ids
 
 RULE = ApiKey("s3cret", frozenset({"/health/live", "/v2/health/live"}))
 

@@ -10,8 +10,9 @@ import orjson
 from starlette.types import Message, Receive, Scope, Send
 
 from inferpool.harness.metrics import metric_total
+from inferpool.service.frontdoor import Activity
 from inferpool.service.metrics import Metrics
-from inferpool.service.middleware import Activity, RequestContext
+from inferpool.service.middleware import RequestContext
 
 
 def call(context: RequestContext, path: str) -> list[Message]:

@@ -12,6 +12,7 @@ import orjson
 import pytest
 
 from inferpool.service.apierror import closing_error
+from inferpool.service.readiness import Readiness
 from inferpool.service.standby import Standby
 
 
@@ -20,7 +21,7 @@ def loading() -> Iterator[str]:
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(16)
-    standby = Standby(listener, "loading")
+    standby = Standby(listener, Readiness.LOADING)
     try:
         yield f"http://127.0.0.1:{listener.getsockname()[1]}"
     finally:

@@ -1,0 +1,101 @@
+"""The route one request takes through InferPool's own code, as it runs (not as it reads).
+
+    python -m loadtest.trace_request [--path /predict] [--repeat 3]
+
+Serves the default model in-process (no flags), sends a few warm-up requests, then records
+one ``POST`` with ``sys.setprofile`` on every thread: each call into a function of the
+``inferpool`` package is a hop. Prints the hops, the modules entered, and the revisits (a module
+entered again after the request left it for another module), with the module sequence, so that
+a change to the hot path can be held against the one before it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+from types import FrameType
+from typing import Any
+
+import orjson
+from fastapi.testclient import TestClient
+
+from inferpool.config import load_settings
+from inferpool.service.app import create_app
+
+BODIES = {
+    "/predict": orjson.dumps({"inputs": [[[0.0] * 8] * 8]}),
+    "/v2/models/digits/infer": orjson.dumps(
+        {"inputs": [{"name": "image", "shape": [1, 1, 8, 8], "datatype": "FP32", "data": [0.0] * 64}]}
+    ),
+}
+
+
+def _module(frame: FrameType) -> str | None:
+    name = frame.f_globals.get("__name__", "")
+    return name if isinstance(name, str) and name.startswith("inferpool.") else None
+
+
+def trace(client: TestClient, path: str) -> list[str]:
+    """The module of every inferpool function called while answering one request."""
+    calls: list[str] = []
+    seen: list[FrameType] = []  # held, so that ids stay unique for the request
+    entered: set[int] = set()
+    lock = threading.Lock()
+
+    def profile(frame: FrameType, event: str, _: Any) -> None:
+        # A coroutine resumed is the same frame called again: one hop, not one per await.
+        # Comprehensions are frames too in 3.11, not calls anyone wrote.
+        if event == "call" and id(frame) not in entered and not frame.f_code.co_name.startswith("<"):
+            module = _module(frame)
+            if module is not None and module != __name__:
+                with lock:
+                    entered.add(id(frame))
+                    seen.append(frame)
+                    calls.append(f"{module}:{frame.f_code.co_qualname}")
+
+    # The app runs on the test client's portal thread: the profile is set there (and for any
+    # worker thread started meanwhile), around one request.
+    portal = client.portal
+    assert portal is not None, "enter the client (with TestClient(...)) first"
+    threading.setprofile(profile)
+    portal.call(sys.setprofile, profile)
+    try:
+        response = client.post(path, content=BODIES[path], headers={"content-type": "application/json"})
+    finally:
+        portal.call(sys.setprofile, None)
+        threading.setprofile(None)  # type: ignore[arg-type]
+    response.raise_for_status()
+    return calls
+
+
+def summary(calls: list[str]) -> dict[str, Any]:
+    modules = [call.split(":")[0] for call in calls]
+    route: list[str] = []
+    for module in modules:
+        if not route or route[-1] != module:
+            route.append(module)
+    revisits = len(route) - len(set(route))
+    return {"hops": len(calls), "modules": len(set(modules)), "revisits": revisits, "route": route}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--path", default="/predict", choices=sorted(BODIES))
+    parser.add_argument("--calls", action="store_true", help="print every call, not only the module route")
+    args = parser.parse_args()
+    app = create_app(load_settings(None, []))
+    with TestClient(app) as client:
+        app.state.host.wait_loaded(120)
+        for _ in range(20):
+            client.post(args.path, content=BODIES[args.path]).raise_for_status()
+        calls = trace(client, args.path)
+    found = summary(calls)
+    print(f"{args.path}: {found['hops']} calls, {found['modules']} modules, {found['revisits']} revisits")
+    print(" -> ".join(m.removeprefix("inferpool.") for m in found["route"]))
+    if args.calls:
+        print("\n".join(calls))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,183 @@
+"""The one front door (as KServe's DataPlane): every infer entry point (``/predict[/{name}]``,
+v2 REST infer, gRPC ModelInfer, ``/v1/embeddings``) resolves its model here and hands the door
+its decoded inputs; the door owns the deadline, the model call, the phase timings and their
+metrics, and the one record per served model (``Served``). Entry points only decode and
+encode, and no front end imports another: HTTP and gRPC both import this module.
+
+The count of requests inside the process (``Activity``) and its check (``Activity.full``) live
+here too: the HTTP middleware sheds at it before reading a body, gRPC before a call runs.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from inferpool.engine.client import EngineClient
+from inferpool.engine.errors import Overloaded
+from inferpool.service.host import ModelHost
+from inferpool.service.metrics import Inference, Labels, Metrics
+from inferpool.service.timing import deadline
+from inferpool.service.v2codec import VERSION, metadata
+from inferpool.service.v2types import TensorMeta
+
+MAX_REQUEST_ID = 128
+# Either spelling: ASGI header names are bytes, gRPC metadata keys str (both lower case).
+REQUEST_ID = (b"x-request-id", "x-request-id")
+Pairs = Iterable[tuple[str | bytes, str | bytes]]
+"""A call's HTTP headers (an ASGI scope's) or gRPC metadata: what both front ends read."""
+C = TypeVar("C")
+T = TypeVar("T")
+
+
+class Activity:
+    """Requests whose body has arrived and whose answer is not yet sent (GETs are not
+    counted), over both front ends; the drain on SIGTERM waits for zero."""
+
+    def __init__(self) -> None:
+        self.active = 0
+        self.limit: int | None = None
+        """Most requests inside the process before new ones are shed at the door; None while
+        the models load."""
+        self.closing = False
+        """Draining: every answer says ``Connection: close``, so that a keep-alive client's
+        next request goes to a new connection (another replica) instead of meeting a socket
+        this process closes under it."""
+
+    def admit(self, capacity: int) -> None:
+        """A model is ready: it holds ``capacity`` requests (runtimes + its queue).
+
+        The door counts every request inside the process, not only those in the engine: under
+        a load the event loop cannot keep up with, the pile-up is in front of the engine. Of
+        the variants measured (also a door at twice the capacity, and one counting only the
+        requests outside the engine, so up to twice the capacity inside), this one answered
+        admitted requests soonest and missed the fewest deadlines (docs/BENCHMARKS.md, "Figures
+        moved from the code"). Its cost: clients right at the capacity can be refused (raise
+        ``max_queue`` for such fleets)."""
+        self.limit = (self.limit or 0) + capacity
+
+    def full(self) -> int | None:
+        """The door's limit when the process holds that many requests already (the caller
+        sheds the new one), else None: the one check both front ends make."""
+        limit = self.limit
+        return limit if limit is not None and self.active >= limit else None
+
+    def enter(self) -> None:
+        """Counted in, or Overloaded when full (gRPC's door: its calls arrive whole)."""
+        limit = self.full()
+        if limit is not None:
+            raise Overloaded(shed_message(limit))
+        self.active += 1
+
+
+def shed_message(limit: int) -> str:
+    return f"overloaded: {limit} requests are already in progress; retry later or elsewhere"
+
+
+@dataclass(slots=True, eq=False)
+class Served:
+    """One served model as the front ends see it, made once when it is ready: its version,
+    its metrics labels and (on its first v2 request) the inputs its v2 metadata declares."""
+
+    model: EngineClient
+    name: str
+    version: str
+    """As v2 metadata and answers give it ("1" for the config's models)."""
+    labels: Labels
+    """(name, version label) of its log lines and series ("" for the config's models)."""
+    _expected: dict[str, TensorMeta] | None = None
+
+    def expected(self) -> dict[str, TensorMeta]:
+        """What a v2 request's inputs must match (REST and gRPC check against it)."""
+        found = self._expected
+        if found is None:
+            info = self.model
+            inputs = metadata(info.name, info.schema, VERSION, info.info.handler)["inputs"]
+            found = self._expected = TensorMeta.table(inputs)
+        return found
+
+
+Encoder = Callable[[Served, Mapping[str, Any], C], T]
+"""An entry point's encoding of a model's outputs (with what it decoded, ``C``)."""
+
+
+class FrontDoor:
+    def __init__(self, host: ModelHost, metrics: Metrics, activity: Activity) -> None:
+        self.host = host
+        self.metrics = metrics
+        self.activity = activity
+        self.timeout_ms = host.settings.request_timeout_ms
+        self._served: dict[EngineClient, Served] = {}
+
+    def add(self, model: EngineClient) -> Served:
+        """``model`` serves (the host's ``on_ready``): its record; the host's plan gives its version."""
+        host = self.host
+        served = self._served[model] = Served(
+            model, model.name, host.version_of(model), (model.name, host.version_label(model))
+        )
+        return served
+
+    def of(self, model: EngineClient) -> Served:
+        return self._served.get(model) or self.add(model)
+
+    def served(self) -> list[Served]:
+        """Every version served, for a scrape."""
+        return [self.of(model) for model in self.host.all_models()]
+
+    def resolve(self, name: str | None = None, version: str | None = None) -> Served:
+        """The model by name (the default one without) and version (the latest without);
+        NotReady (503) while not serving, 404 for a model or version not served."""
+        return self.of(self.host.get(name, version))
+
+    async def infer(
+        self, served: Served, inputs: object, encode: Encoder[C, T], decoded: C, *, received: float, parsed: float,
+        rid: str | None, timeout: bytes | None = None, timeout_ms: float | None = None, remaining: float | None = None,
+    ) -> tuple[T, Inference]:  # fmt: skip
+        """Run the request and encode its answer: ``timeout`` is the X-Request-Timeout-Ms header,
+        ``timeout_ms`` the v2 parameter, ``remaining`` a gRPC caller's own deadline (seconds);
+        ``received``/``parsed`` when the body began to arrive and when it was decoded."""
+        when = deadline(timeout, self.timeout_ms, timeout_ms)
+        if remaining is not None:
+            when = min(when or float("inf"), time.monotonic() + remaining)
+        model = served.model
+        prediction = await model.infer(inputs, when, rid)
+        encoding = time.perf_counter()
+        body = encode(served, prediction.outputs, decoded)
+        encoded = time.perf_counter()
+        inference = Inference(
+            served.name,
+            parsed - received + prediction.validate_seconds,
+            prediction.queue_seconds,
+            prediction.compute_seconds,
+            encoded - encoding,
+            prediction.batch_size,
+            prediction.batch_seconds,
+            (received, parsed, encoding, prediction.dispatched),
+            served.labels[1],
+        )
+        metrics = self.metrics
+        metrics.observe_inference(inference)
+        metrics.refresh(model, served.labels)
+        return body, inference
+
+
+def client_request_id(pairs: Pairs) -> str | None:
+    """The caller's own ``x-request-id``, from HTTP headers or gRPC metadata; None when it
+    sent none or one unfit to echo (see MAX_REQUEST_ID)."""
+    for name, value in pairs:
+        if name in REQUEST_ID:
+            text = value if isinstance(value, str) else value.decode("latin-1")
+            # Echoed into logs and headers: keep it short and printable.
+            return text if 0 < len(text) <= MAX_REQUEST_ID and text.isprintable() else None
+    return None
+
+
+def request_ids(serial: Iterator[int], tag: str = "") -> Iterator[str]:
+    """Generated request ids: unique across processes and restarts (the process id and the time
+    this is called, then ``serial``) and cheaper than a uuid4 per request. Call it in the
+    serving process (after the fork); ``tag`` keeps generators on separate serials apart."""
+    prefix = f"{os.getpid():x}-{tag}{int(time.time()):x}-"  # once: per id it would cost more than the serial
+    return (prefix + str(n) for n in serial)
