@@ -1,33 +1,68 @@
 """InferPool's engine: load a model once, run it from a pool of per-worker runtimes.
 
 No web framework is imported here; ``service`` is one front end built on this API.
+
+The names below load on first use (PEP 562): importing one light module of the engine
+(``inferpool.engine.client``, ``inferpool.engine.errors``: all a front end needs) must not
+import torch, which this package's heavier modules do.
 """
 
-from inferpool.engine.backends import BACKENDS
-from inferpool.engine.backends.base import Runtime
-from inferpool.engine.client import EngineClient, ModelInfo, ModelStats
-from inferpool.engine.errors import (
-    ConfigError,
-    DeadlineExceeded,
-    EngineError,
-    InvalidInput,
-    ModelFailed,
-    ModelLoadError,
-    NonFiniteOutput,
-    NotReady,
-    Overloaded,
-    PredictedWaitExceeded,
-    WorkerDied,
-)
-from inferpool.engine.handlers import Handler, TextEmbedding, TokenIds
-from inferpool.engine.module import InferenceModule
-from inferpool.engine.options import RuntimeOptions
-from inferpool.engine.pool import RuntimePool
-from inferpool.engine.schema import Schema, TensorSpec
-from inferpool.engine.served import Prediction, ServedModel
-from inferpool.engine.sources import DEFAULT_MODEL, load_model
-from inferpool.engine.spec import ModelSpec
+from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from inferpool.engine.backends import BACKENDS
+    from inferpool.engine.backends.base import Runtime
+    from inferpool.engine.client import EngineClient, ModelInfo, ModelStats
+    from inferpool.engine.errors import (
+        ConfigError,
+        DeadlineExceeded,
+        EngineError,
+        InvalidInput,
+        ModelFailed,
+        ModelLoadError,
+        NonFiniteOutput,
+        NotReady,
+        Overloaded,
+        PredictedWaitExceeded,
+        WorkerDied,
+    )
+    from inferpool.engine.handlers import Handler, TextEmbedding, TokenIds
+    from inferpool.engine.module import InferenceModule
+    from inferpool.engine.options import RuntimeOptions
+    from inferpool.engine.pool import RuntimePool
+    from inferpool.engine.schema import Schema, TensorSpec
+    from inferpool.engine.served import Prediction, ServedModel
+    from inferpool.engine.sources import DEFAULT_MODEL, load_model
+    from inferpool.engine.spec import ModelSpec
+
+_ERRORS = (
+    "ConfigError", "DeadlineExceeded", "EngineError", "InvalidInput", "ModelFailed", "ModelLoadError",
+    "NonFiniteOutput", "NotReady", "Overloaded", "PredictedWaitExceeded", "WorkerDied",
+)  # fmt: skip
+_HOME = {
+    "BACKENDS": "backends",
+    "Runtime": "backends.base",
+    "EngineClient": "client",
+    "ModelInfo": "client",
+    "ModelStats": "client",
+    **dict.fromkeys(_ERRORS, "errors"),
+    "Handler": "handlers",
+    "TextEmbedding": "handlers",
+    "TokenIds": "handlers",
+    "InferenceModule": "module",
+    "RuntimeOptions": "options",
+    "RuntimePool": "pool",
+    "Schema": "schema",
+    "TensorSpec": "schema",
+    "Prediction": "served",
+    "ServedModel": "served",
+    "DEFAULT_MODEL": "sources",
+    "load_model": "sources",
+    "ModelSpec": "spec",
+}
 __all__ = [
     "BACKENDS",
     "DEFAULT_MODEL",
@@ -59,3 +94,16 @@ __all__ = [
     "WorkerDied",
     "load_model",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value  # once: the next lookup is a plain global
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_HOME})

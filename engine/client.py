@@ -4,6 +4,11 @@ A front end asks a model for its ``name`` and ``schema``, awaits ``infer``, read
 (what is serving, fixed at load) and ``stats()`` (live counts, cheap enough for every scrape),
 and calls ``close``. Nothing else: no pool, plan, module or backend objects cross this line,
 so the engine can change how it runs a request without touching a front end.
+
+It is also where a front end takes the types it exchanges with a model (``Prediction``,
+``Schema``, ``Handler`` ...) and the request-id context: a front end imports this module and
+``inferpool.engine.errors`` only (ruff's banned-api rule in pyproject.toml holds service/ to
+it), and neither imports torch.
 """
 
 from __future__ import annotations
@@ -11,9 +16,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from inferpool.engine.handlers import Handler
-from inferpool.engine.requests import Prediction
-from inferpool.engine.schema import Schema
+from inferpool.engine.handlers import Handler, TextEmbedding, TokenIds
+from inferpool.engine.requests import Prediction, request_id
+from inferpool.engine.schema import Array, Schema, TensorSpec
+
+__all__ = [
+    "Array",
+    "EngineClient",
+    "Handler",
+    "ModelInfo",
+    "ModelStats",
+    "Prediction",
+    "Schema",
+    "TensorSpec",
+    "TextEmbedding",
+    "TokenIds",
+    "request_id",
+]
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,6 @@ from typing import Any, ClassVar
 
 from inferpool.engine.errors import ModelLoadError
 from inferpool.engine.schema import Array
-from inferpool.engine.sources import import_object
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +89,8 @@ class Handler(ABC):
 def load_handler(ref: str) -> Handler:
     """``package.module:attr`` -> a Handler: attr is a Handler instance, or a class or factory
     called without arguments (once, at load)."""
+    from inferpool.engine.sources import import_object  # imports torch: not at a front end's import
+
     target = import_object(ref, "handler", "package.module:attr")
     handler = target if isinstance(target, Handler) else target()
     if not isinstance(handler, Handler):

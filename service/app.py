@@ -7,23 +7,26 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
-from inferpool.config import Settings
 from inferpool.engine.client import EngineClient
 from inferpool.service.auth import ApiKeyAuth
 from inferpool.service.errors import install_error_handlers
 from inferpool.service.fastpath import InferPoolApp
 from inferpool.service.frontdoor import Activity, FrontDoor, Served
 from inferpool.service.grpc_v2.server import front_end
-from inferpool.service.host import ModelHost
 from inferpool.service.metrics import Metrics
 from inferpool.service.middleware import RequestContext
 from inferpool.service.observe import Observer
 from inferpool.service.openapi import model_aware_openapi
 from inferpool.service.routes import health, openai, predict, repository, v2
+
+if TYPE_CHECKING:  # config imports the engine's backends, hence torch; the app only reads it
+    from inferpool.config import Settings
+    from inferpool.service.host import ModelHost
 
 log = logging.getLogger(__name__)
 GRPC_GRACE_SECONDS = 1.0
@@ -53,6 +56,8 @@ def create_app(settings: Settings, host: ModelHost | None = None) -> FastAPI:
 
     supervised = host is not None
     if host is None:
+        from inferpool.service.host import ModelHost  # loads models: torch, at start-up, not at import
+
         host = ModelHost(settings)
 
     door = FrontDoor(host, metrics, activity)

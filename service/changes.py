@@ -27,7 +27,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from inferpool.engine import EngineError
+from inferpool.engine.errors import EngineError
 from inferpool.service import control
 from inferpool.service.desk import Desk, Refused
 from inferpool.service.host import ModelHost

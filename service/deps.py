@@ -7,13 +7,15 @@ directly: dependency solving alone measured ~20 % of that route's own CPU time.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from fastapi import Depends, Request
 
 from inferpool.service.frontdoor import FrontDoor
-from inferpool.service.host import ModelHost
 from inferpool.service.metrics import Metrics
+
+if TYPE_CHECKING:  # the host loads models (torch); the routes only ask it for them
+    from inferpool.service.host import ModelHost
 
 
 def host_of(request: Request) -> ModelHost:
@@ -39,6 +41,7 @@ async def _metrics(request: Request) -> Metrics:
     return metrics_of(request)
 
 
-HostDep = Annotated[ModelHost, Depends(_host)]
+# A string: FastAPI needs only the Depends here, and the class is not imported at run time.
+HostDep = Annotated["ModelHost", Depends(_host)]
 MetricsDep = Annotated[Metrics, Depends(_metrics)]
 DoorDep = Annotated[FrontDoor, Depends(_door)]

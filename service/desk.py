@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from inferpool.config import Settings
-from inferpool.engine import ConfigError
+from inferpool.engine.errors import ConfigError
 from inferpool.service.budget import OverBudget
 from inferpool.service.plans import ModelPlan, fit_budget, plans, repository_plans
 from inferpool.service.repository import ModelFolder, read_model, scan

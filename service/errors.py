@@ -17,7 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from inferpool.engine import (
+from inferpool.engine.errors import (
     DeadlineExceeded,
     EngineError,
     InvalidInput,

@@ -14,11 +14,10 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from inferpool.engine.client import EngineClient
 from inferpool.engine.errors import Overloaded
-from inferpool.service.host import ModelHost
 from inferpool.service.metrics import Inference, Labels, Metrics
 from inferpool.service.timing import deadline
 from inferpool.service.v2codec import VERSION, metadata
@@ -29,6 +28,9 @@ MAX_REQUEST_ID = 128
 REQUEST_ID = (b"x-request-id", "x-request-id")
 Pairs = Iterable[tuple[str | bytes, str | bytes]]
 """A call's HTTP headers (an ASGI scope's) or gRPC metadata: what both front ends read."""
+if TYPE_CHECKING:  # the host loads models (torch); the door only asks it for them
+    from inferpool.service.host import ModelHost
+
 C = TypeVar("C")
 T = TypeVar("T")
 

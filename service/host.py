@@ -18,7 +18,9 @@ import time
 from collections.abc import Callable
 
 from inferpool.config import Settings
-from inferpool.engine import ConfigError, EngineClient, NotReady, ServedModel
+from inferpool.engine import ServedModel
+from inferpool.engine.client import EngineClient
+from inferpool.engine.errors import ConfigError, NotReady
 from inferpool.engine.pod_load import PodLoad
 from inferpool.engine.threads import plan_threads
 from inferpool.service.apierror import ApiError

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 import orjson
 
-from inferpool.engine.requests import request_id
+from inferpool.engine.client import request_id
 
 model_served: ContextVar[tuple[str, str] | None] = ContextVar("model_served", default=None)
 """(name, version label) of the model the current request was routed to: set where every front

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest, multiprocess
 
-from inferpool.engine import EngineClient
+from inferpool.engine.client import EngineClient
 from inferpool.service.logs import model_served
 from inferpool.service.metric_slots import Child, Family, SlotCollector, SlotFile, bounds_of, observe
 

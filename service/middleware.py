@@ -20,7 +20,7 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from inferpool.engine.requests import request_id
+from inferpool.engine.client import request_id
 from inferpool.service.apierror import error_body_for
 from inferpool.service.frontdoor import Activity, client_request_id, request_ids, shed_message
 from inferpool.service.metrics import Metrics

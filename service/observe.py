@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry
 from starlette.types import Message, Scope
 
-from inferpool.engine.requests import request_id
+from inferpool.engine.client import request_id
 from inferpool.service.fastpath import HANDLER
 from inferpool.service.logs import model_served
 from inferpool.service.metrics import Inference

@@ -17,8 +17,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from inferpool.engine import TextEmbedding, TokenIds
-from inferpool.engine.schema import Array
+from inferpool.engine.client import Array, TextEmbedding, TokenIds
 from inferpool.service.apierror import ApiError
 from inferpool.service.codec import encode_json
 from inferpool.service.v2codec import whole_number

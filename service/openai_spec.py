@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from inferpool.engine import TextEmbedding
+from inferpool.engine.client import TextEmbedding
 from inferpool.service.openai_codec import ENCODINGS
 from inferpool.service.openapi_schemas import Served
 

@@ -17,17 +17,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from inferpool.engine import Handler, Schema
+from inferpool.engine.client import Handler, Schema
 from inferpool.service import openai_spec
 from inferpool.service.apierror import OPENAI_PREFIX
 from inferpool.service.errors import documented_error
 from inferpool.service.frontdoor import MAX_REQUEST_ID
-from inferpool.service.host import ModelHost
 from inferpool.service.openapi_schemas import (
     Served,
     describe_predict,
@@ -38,6 +37,9 @@ from inferpool.service.openapi_schemas import (
 )
 from inferpool.service.timing import MIN_TIMEOUT_MS, TIMEOUT_PATTERN
 from inferpool.service.v2codec import VERSION
+
+if TYPE_CHECKING:  # the host loads models (torch); a front end only asks it for them
+    from inferpool.service.host import ModelHost
 
 PREDICT_REQUEST: dict[str, Any] = {
     "required": True,

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from inferpool.engine import Handler, Schema, TensorSpec
+from inferpool.engine.client import Handler, Schema, TensorSpec
 from inferpool.service.v2codec import VERSION, metadata
 from inferpool.service.v2types import DATATYPES, MIN_TIMEOUT_US
 

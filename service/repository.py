@@ -24,7 +24,8 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from inferpool.config.settings import check_backend, check_handler, check_source
-from inferpool.engine import ConfigError, RuntimeOptions
+from inferpool.engine import RuntimeOptions
+from inferpool.engine.errors import ConfigError
 from inferpool.engine.sources import ARCHIVE_SUFFIXES, serving_options
 
 CONFIG = "config.toml"

@@ -38,7 +38,7 @@ import uvicorn
 from prometheus_client import Counter, multiprocess
 
 from inferpool.config import Settings
-from inferpool.engine import EngineError
+from inferpool.engine.errors import EngineError
 from inferpool.service import control
 from inferpool.service.board import DOWN, ProcessBoard
 from inferpool.service.changes import SIGNALS, Changes

@@ -20,8 +20,7 @@ from typing import Any, TypeGuard
 import numpy as np
 import orjson
 
-from inferpool.engine import Handler, Schema
-from inferpool.engine.schema import Array
+from inferpool.engine.client import Array, Handler, Schema
 from inferpool.service.v2types import (
     DATATYPES,
     LITTLE,

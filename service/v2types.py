@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from inferpool.engine.schema import Array
+from inferpool.engine.client import Array
 from inferpool.service.apierror import ApiError
 from inferpool.service.timing import MIN_TIMEOUT_MS
 

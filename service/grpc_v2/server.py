@@ -13,19 +13,21 @@ import asyncio
 import contextlib
 import logging
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
-from inferpool.config import Settings
 from inferpool.service.auth import ApiKey
 from inferpool.service.control import Control
 from inferpool.service.frontdoor import FrontDoor
 from inferpool.service.grpc_v2.servicer import SERVICE, Servicer
-from inferpool.service.host import ModelHost
 from inferpool.service.observe import Observer
+
+if TYPE_CHECKING:  # config imports the engine's backends (torch); this only reads it
+    from inferpool.config import Settings
+    from inferpool.service.host import ModelHost
 
 log = logging.getLogger(__name__)
 HEALTH_POLL_SECONDS = 0.25

@@ -22,8 +22,8 @@ from typing import Any
 
 import grpc
 
+from inferpool.engine.client import request_id
 from inferpool.engine.errors import NotReady, Overloaded
-from inferpool.engine.requests import request_id
 from inferpool.service.auth import ApiKey
 from inferpool.service.control import Control
 from inferpool.service.errors import ErrorAnswer, answer_for

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from inferpool.engine.schema import Array
+from inferpool.engine.client import Array
 from inferpool.service.grpc_v2 import inference_pb2 as pb
 from inferpool.service.v2types import (
     DATATYPES,

@@ -10,23 +10,25 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Request, Response
 from starlette.types import Receive, Scope
 
-from inferpool.engine import EngineClient, InvalidInput, TextEmbedding
-from inferpool.engine.requests import request_id
+from inferpool.engine.client import EngineClient, TextEmbedding, request_id
+from inferpool.engine.errors import InvalidInput
 from inferpool.service.apierror import ApiError
 from inferpool.service.codec import json_response, read_body
 from inferpool.service.deps import HostDep
 from inferpool.service.fastpath import documentation_only
 from inferpool.service.frontdoor import Served
-from inferpool.service.host import ModelHost
 from inferpool.service.openai_codec import EmbeddingsRequest, encode_response, for_model, model_object, parse_request
 from inferpool.service.openai_spec import EMBEDDINGS_REQUEST, EMBEDDINGS_RESPONSES, MODEL_RESPONSES, MODELS_RESPONSES
 from inferpool.service.rawasgi import JSON, Answer, RawRoute, request_headers, timed
 from inferpool.service.timing import TIMEOUT_HEADER
+
+if TYPE_CHECKING:  # the host loads models (torch); a front end only asks it for them
+    from inferpool.service.host import ModelHost
 
 router = APIRouter(prefix="/v1", tags=["OpenAI embeddings"])
 HEADERS = frozenset({b"content-length", b"content-encoding", TIMEOUT_HEADER})

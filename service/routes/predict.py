@@ -12,7 +12,7 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from starlette.types import Receive, Scope
 
-from inferpool.engine.requests import request_id
+from inferpool.engine.client import request_id
 from inferpool.service.codec import decode_inputs, encode_json, read_body
 from inferpool.service.errors import documented_error
 from inferpool.service.fastpath import documentation_only

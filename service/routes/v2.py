@@ -8,22 +8,23 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Request, Response
 from starlette.types import Receive, Scope
 
-from inferpool.engine.client import EngineClient
-from inferpool.engine.requests import request_id
+from inferpool.engine.client import EngineClient, request_id
 from inferpool.service.codec import json_response, read_body
 from inferpool.service.deps import HostDep, host_of
 from inferpool.service.errors import ERROR_RESPONSES
 from inferpool.service.fastpath import documentation_only
 from inferpool.service.frontdoor import Served
-from inferpool.service.host import ModelHost
 from inferpool.service.rawasgi import BINARY, JSON, Answer, RawRoute, request_headers, timed
 from inferpool.service.timing import TIMEOUT_HEADER
 from inferpool.service.v2codec import HEADER_LENGTH, InferRequest, encode_response, metadata, parse_request
+
+if TYPE_CHECKING:  # the host loads models (torch); a front end only asks it for them
+    from inferpool.service.host import ModelHost
 
 router = APIRouter(prefix="/v2", tags=["Open Inference Protocol v2"], responses=ERROR_RESPONSES)
 HEADER_LENGTH_RAW = HEADER_LENGTH.encode()
