@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from inferpool.engine.client import EngineClient
 from inferpool.engine.errors import Overloaded
+from inferpool.service.logs import model_served
 from inferpool.service.metrics import Inference, Labels, Metrics
 from inferpool.service.timing import deadline
 from inferpool.service.v2codec import VERSION, metadata
@@ -132,6 +133,10 @@ class FrontDoor:
     def resolve(self, name: str | None = None, version: str | None = None) -> Served:
         """The model by name (the default one without) and version (the latest without);
         NotReady (503) while not serving, 404 for a model or version not served."""
+        if name is None:  # /predict's: the record already knows the labels ModelHost.get would look up
+            served = self.of(self.host.serving())
+            model_served.set(served.labels)  # this request's logs and metrics, as ModelHost.get sets them
+            return served
         return self.of(self.host.get(name, version))
 
     async def infer(
