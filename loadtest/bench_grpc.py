@@ -1,6 +1,7 @@
-"""gRPC ModelInfer against HTTP v2 binary and HTTP JSON on the digits model, one server.
+"""gRPC ModelInfer (on each gRPC front end) against HTTP v2 binary and HTTP JSON on the digits model.
 
-The server runs one serving process pinned to CPU 0; the callers run in this process on CPU 1,
+Two servers, one per gRPC front end (--grpc-server native and grpcio), each one serving process
+pinned to CPU 0 (only one is called at a time; HTTP is measured on the first); the callers run in this process on CPU 1,
 so the server's figures are its own. For each protocol and concurrency (closed loop, 1 and 8
 callers, interleaved over rounds) it reports calls/s, p50/p99 as the caller saw them, and the
 server's CPU time per call, minus the model's own time per call: the per-call overhead of the
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import statistics
 import subprocess
@@ -35,6 +37,7 @@ from inferpool.harness.payloads import grpc_request, json_request, v2_request
 from inferpool.harness.server import free_port, inferpool_serve, launch
 from loadtest.procs import tree_cpu_seconds
 
+GRPC_SERVERS = ("native", "grpcio")  # config/grpc.py
 INFER = "/inference.GRPCInferenceService/ModelInfer"
 IMAGE = np.random.default_rng(0).integers(0, 17, size=(1, 1, 8, 8)).astype(np.float32)
 Call = Callable[[], Awaitable[object]]
@@ -115,7 +118,7 @@ def model_seconds(url: str | None) -> tuple[float, float]:
 
 
 async def row(kind: str, n: int, seconds: float, url: str | None, port: int, target: str, pid: int) -> dict[str, float]:
-    if kind in ("grpc", "grpcio echo"):
+    if kind.startswith("grpc"):
         calls, close = await grpc_callers(target, n)
     else:
         calls, close = await http_callers(port, n, binary=kind == "http v2 binary")
@@ -147,20 +150,28 @@ def main() -> None:
     if args.echo_server:
         uvloop.run(echo_server(args.echo_server))
         return
-    grpc_port = free_port()
-    kinds = ("grpc", "http v2 binary", "http json", "grpcio echo")
+    grpc_ports = {server: free_port() for server in GRPC_SERVERS}
+    kinds = (*(f"grpc {server}" for server in GRPC_SERVERS), "http v2 binary", "http json", "grpcio echo")
     results: dict[tuple[str, int], list[dict[str, float]]] = {}
-    command = inferpool_serve("--workers", "1", "--grpc-port", str(grpc_port))
+    commands = [
+        inferpool_serve("--workers", "1", "--grpc-port", str(port), "--grpc-server", server)
+        for server, port in grpc_ports.items()
+    ]
     echo_port = free_port()
     echo_argv = ["taskset", "-c", "0", sys.executable, "-m", "loadtest.bench_grpc", "--echo-server", str(echo_port)]
     echo = subprocess.Popen(echo_argv)
     try:
-        with launch(command, cpus=[0]) as server:
+        with contextlib.ExitStack() as stack:
+            servers = [stack.enter_context(launch(command, cpus=[0])) for command in commands]
+            server = servers[0]
             os.sched_setaffinity(0, {1})
-            targets = {  # (metrics URL, gRPC target, pid) by protocol; HTTP's need only the server
-                "grpc": (server.url, f"127.0.0.1:{grpc_port}", server.process.pid),
-                "grpcio echo": (None, f"127.0.0.1:{echo_port}", echo.pid),
+            targets: dict[
+                str, tuple[str | None, str, int]
+            ] = {  # (metrics URL, gRPC target, pid); HTTP: the first server
+                f"grpc {name}": (each.url, f"127.0.0.1:{grpc_ports[name]}", each.process.pid)
+                for name, each in zip(GRPC_SERVERS, servers, strict=True)
             }
+            targets["grpcio echo"] = (None, f"127.0.0.1:{echo_port}", echo.pid)
             for _ in range(args.rounds):
                 for n in (1, 8):
                     for kind in kinds:
