@@ -12,7 +12,9 @@ How much does serving cost on *your* hardware and model? Times, on the model's e
 - the same ``POST /predict`` to a bare ASGI reference (service/bench_reference.py: uvicorn with
   the same loop and HTTP settings, orjson in and out around the same bare model call, inline),
 
-and reports the server overhead (HTTP minus bare, in µs and as a ratio), InferPool's
+and reports the server overhead (HTTP minus bare, in µs and as a ratio), the CPU time each
+server spent per request (its whole process tree, from /proc: InferPool's HTTP and gRPC front
+ends beside the bare ASGI app's), InferPool's
 ``/predict`` overhead beside the bare ASGI app's and their ratio, the backend and
 dispatch the server chose, and the thread budget. With ``--runtime.backend auto`` the bench
 chooses once, while loading its own copy, and starts the server with that backend, so that
@@ -40,15 +42,18 @@ import uvloop
 from inferpool.cli.argv import config_argument, refuse, settings_from_argv
 from inferpool.cli.bench_report import format_table, summarize
 from inferpool.config import Settings
+from inferpool.config.grpc import grpc_server_for
 from inferpool.engine import ConfigError, EngineError, ServedModel
 from inferpool.harness.client import KeepAlive
 from inferpool.harness.payloads import Payload, grpc_request, json_request, v2_request
+from inferpool.harness.procs import tree_run_seconds
 from inferpool.harness.server import free_port, inferpool_serve, launch, python_module
 from inferpool.service.host import plans, sized
 
 REFERENCE_PHASE = "bare_asgi"  # reported apart from the server's own phases
 SERVE = (sys.executable, "-m", "inferpool.cli.main")  # this interpreter's InferPool, whatever is on PATH
 REFERENCE = "inferpool.service.bench_reference"  # the bare ASGI app the bench compares with
+SERVED = ("http", "grpc")  # the phases InferPool's server answers
 MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"
 Phase = Callable[[int, float], list[float]]
 """(most calls, seconds allowed) -> seconds per call."""
@@ -68,6 +73,9 @@ class Phases:
     order: dict[str, Phase] = field(default_factory=dict)
     cpu_seconds: dict[str, float] = field(default_factory=dict)
     """Process CPU time spent in each phase (the client's own cost, for the HTTP phases)."""
+    servers: dict[str, int] = field(default_factory=dict)
+    """The pid of the server answering each phase that has one (its whole process tree counts)."""
+    server_cpu_seconds: dict[str, float] = field(default_factory=dict)
 
 
 def bench_main(argv: list[str]) -> int:
@@ -137,6 +145,8 @@ def run(settings: Settings, serve_args: list[str], limits: Limits, inputs: objec
             try:
                 phases = _phases(served, payload, client, runner, channel)
                 phases.order[REFERENCE_PHASE] = _http_phase(reference, reference.encode(json_request(payload)))
+                phases.servers = {name: server.process.pid for name in phases.order if name.startswith(SERVED)}
+                phases.servers[REFERENCE_PHASE] = bare_app.process.pid
                 times = _interleave(phases, limits)
                 facts = _server_facts(client, served.name)
                 if facts["backend"] != chosen:
@@ -232,9 +242,14 @@ def _interleave(phases: Phases, limits: Limits) -> dict[str, list[float]]:
     budget = limits.seconds / (limits.rounds * len(phases.order))
     for _ in range(limits.rounds):
         for name, phase in phases.order.items():
+            pid = phases.servers.get(name)
+            server_cpu = 0.0 if pid is None else tree_run_seconds(pid)
             cpu = time.process_time()
             times[name] += phase(min(per_round, limits.count - len(times[name])) or 1, budget)
             phases.cpu_seconds[name] = phases.cpu_seconds.get(name, 0.0) + time.process_time() - cpu
+            if pid is not None:
+                spent = tree_run_seconds(pid) - server_cpu
+                phases.server_cpu_seconds[name] = phases.server_cpu_seconds.get(name, 0.0) + spent
     return times
 
 
@@ -268,9 +283,10 @@ def _report(
         if name != "bare"
     }
     client_cpu = {
-        name: round(phases.cpu_seconds[name] / len(times[name]) * 1e6, 1)
-        for name in times
-        if name.startswith(("http", "grpc"))
+        name: round(phases.cpu_seconds[name] / len(times[name]) * 1e6, 1) for name in times if name.startswith(SERVED)
+    }
+    server_cpu = {  # the bare ASGI app's too: the limit either front end is held to (#32)
+        name: round(seconds / len(times[name]) * 1e6, 1) for name, seconds in phases.server_cpu_seconds.items()
     }
     ours = stats["http_json"]["p50_us"] - bare["p50_us"]
     theirs = reference["p50_us"] - bare["p50_us"]
@@ -292,6 +308,8 @@ def _report(
         "timings": stats,
         "overhead": overhead,
         "client_cpu_us_per_request": client_cpu,
+        "server_cpu_us_per_request": server_cpu,
+        "grpc_server": grpc_server_for(settings.grpc_server, settings.model_control_mode),
         "reference": {
             "bare_asgi": reference,
             "bare_asgi_overhead_p50_us": round(theirs, 1),

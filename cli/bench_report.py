@@ -50,6 +50,14 @@ def format_table(report: dict[str, Any]) -> str:
     )
     ref = report["reference"]
     asgi = ref["bare_asgi"]
+    servers = report["server_cpu_us_per_request"]
+    bare_cpu = servers.get("bare_asgi")
+    front_ends = ", ".join(
+        f"{LABELS.get(k, k).split(' (')[0]}{' (' + report['grpc_server'] + ')' if k == 'grpc' else ''} {v:.0f} µs"
+        + (f" ({v / bare_cpu:.2f}x)" if bare_cpu else "")
+        for k, v in servers.items()
+        if k != "bare_asgi"
+    )
     ratio = "n/a" if ref["ratio_p50"] is None else f"{ref['ratio_p50']:.2f}x"
     lines += [
         f"{'bare ASGI app, JSON + bare call':<34}{asgi['calls']:>7}{asgi['p50_us']:>10.1f}{asgi['p99_us']:>10.1f}"
@@ -60,6 +68,9 @@ def format_table(report: dict[str, Any]) -> str:
         "overhead = phase - bare call, at the same percentile; one request at a time, one keep-alive connection "
         "(gRPC: one channel).",
         f"The client runs on this machine inside each round trip; its CPU per request: {cpu}.",
+        f"Server CPU per request (whole process tree): {front_ends}; bare ASGI app "
+        + ("n/a" if bare_cpu is None else f"{bare_cpu:.0f} µs")
+        + ".",
     ]
     return "\n".join(lines)
 

@@ -26,6 +26,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from inferpool.config.grpc import GRPC_SERVER_NAMES, check_grpc_server
 from inferpool.config.observability import check_payload_sink, check_tracing
 from inferpool.config.paths import ConfigFileSource
 from inferpool.engine import BACKENDS, DEFAULT_MODEL, RuntimeOptions
@@ -117,6 +118,11 @@ class Settings(BaseSettings):
         le=65535,
         description="TCP port of the Open Inference Protocol v2 over gRPC (and the gRPC health service), "
         "on the same host; 0 = gRPC off. Messages up to max_body_bytes.",
+    )
+    grpc_server: str = Field(
+        "auto",
+        description=f"The gRPC front end, one of {list(GRPC_SERVER_NAMES)}: auto = native (pygrpc-native, "
+        "less CPU per call) unless model_control_mode is explicit or poll, then grpcio (config/grpc.py says why).",
     )
     max_queue: int = Field(
         64,
@@ -320,6 +326,7 @@ class Settings(BaseSettings):
 
     _model_source = field_validator("model")(check_source)
     _known_backend = field_validator("runtime")(check_backend)
+    _known_grpc_server = field_validator("grpc_server")(check_grpc_server)
 
     @classmethod
     def settings_customise_sources(

@@ -1,14 +1,17 @@
-"""gRPC ModelInfer against HTTP v2 binary and HTTP JSON on the digits model, one server.
+"""gRPC ModelInfer (on each gRPC front end) against HTTP v2 binary and HTTP JSON on the digits model.
 
-The server runs one serving process pinned to CPU 0; the callers run in this process on CPU 1,
+Two servers, one per gRPC front end (--grpc-server native and grpcio), each one serving process
+pinned to CPU 0 (only one is called at a time; HTTP is measured on the first); the callers run in this process on CPU 1,
 so the server's figures are its own. For each protocol and concurrency (closed loop, 1 and 8
 callers, interleaved over rounds) it reports calls/s, p50/p99 as the caller saw them, and the
 server's CPU time per call, minus the model's own time per call: the per-call overhead of the
 protocol, which does not depend on how fast the caller is. Each caller has its own connection
 (HTTP) or channel (gRPC), and sends a request encoded once.
 
-A last row, "grpcio echo", is the floor of any Python gRPC server here: a grpc.aio server on
-uvloop whose handler returns the request's bytes, pinned like the server (no InferPool, no model).
+Two last rows are floors: "grpcio echo", of any grpcio server here, a grpc.aio server on uvloop
+whose handler returns the request's bytes, pinned like the server (no InferPool, no model); and
+"native echo", the native front end's own transport (service/grpc_v2/native.py: its thread, its
+hand-off to the loop, a task and the answer per call) around the same echo.
 
     python -m loadtest.bench_grpc [--seconds 5] [--rounds 3]
 """
@@ -17,12 +20,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from types import SimpleNamespace
+from typing import Any
 
 import grpc
 import httpx2
@@ -33,8 +39,12 @@ from inferpool.harness.client import Connection
 from inferpool.harness.metrics import metric_total
 from inferpool.harness.payloads import grpc_request, json_request, v2_request
 from inferpool.harness.server import free_port, inferpool_serve, launch
+from inferpool.service.grpc_v2.native import NativeFrontEnd
+from inferpool.service.grpc_v2.servicer import Served
 from loadtest.procs import tree_cpu_seconds
 
+GRPC_SERVERS = ("native", "grpcio")  # config/grpc.py
+ECHOES = ("grpcio echo", "native echo")
 INFER = "/inference.GRPCInferenceService/ModelInfer"
 IMAGE = np.random.default_rng(0).integers(0, 17, size=(1, 1, 8, 8)).astype(np.float32)
 Call = Callable[[], Awaitable[object]]
@@ -72,6 +82,28 @@ async def echo_server(port: int) -> None:
     server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
     await server.wait_for_termination()
+
+
+class _Raw(bytes):
+    """A "message" that is its own wire bytes: the echo's request and response."""
+
+    @classmethod
+    def FromString(cls, data: bytes) -> _Raw:
+        return cls(data)
+
+    def SerializeToString(self) -> bytes:
+        return bytes(self)
+
+
+async def native_echo_server(port: int) -> None:
+    async def echo(request: _Raw, context: object) -> _Raw:
+        return request
+
+    servicer: Any = SimpleNamespace(methods=lambda: {"ModelInfer": Served(echo, _Raw, _Raw)})
+    host: Any = SimpleNamespace(status="ready")
+    front = NativeFrontEnd(servicer, host, f"127.0.0.1:{port}", 1 << 30)
+    await front.start()
+    await asyncio.Event().wait()
 
 
 async def http_callers(port: int, n: int, binary: bool) -> tuple[list[Call], Callable[[], Awaitable[None]]]:
@@ -115,7 +147,7 @@ def model_seconds(url: str | None) -> tuple[float, float]:
 
 
 async def row(kind: str, n: int, seconds: float, url: str | None, port: int, target: str, pid: int) -> dict[str, float]:
-    if kind in ("grpc", "grpcio echo"):
+    if kind.startswith("grpc") or kind == "native echo":
         calls, close = await grpc_callers(target, n)
     else:
         calls, close = await http_callers(port, n, binary=kind == "http v2 binary")
@@ -142,25 +174,37 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--echo-server", type=int, metavar="PORT", help=argparse.SUPPRESS)  # the floor's server
+    parser.add_argument("--echo-server", type=int, metavar="PORT", help=argparse.SUPPRESS)  # the floors' servers
+    parser.add_argument("--echo-kind", default="grpcio", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.echo_server:
-        uvloop.run(echo_server(args.echo_server))
+        uvloop.run((echo_server if args.echo_kind == "grpcio" else native_echo_server)(args.echo_server))
         return
-    grpc_port = free_port()
-    kinds = ("grpc", "http v2 binary", "http json", "grpcio echo")
+    grpc_ports = {server: free_port() for server in GRPC_SERVERS}
+    kinds = (*(f"grpc {server}" for server in GRPC_SERVERS), "http v2 binary", "http json", *ECHOES)
     results: dict[tuple[str, int], list[dict[str, float]]] = {}
-    command = inferpool_serve("--workers", "1", "--grpc-port", str(grpc_port))
-    echo_port = free_port()
-    echo_argv = ["taskset", "-c", "0", sys.executable, "-m", "loadtest.bench_grpc", "--echo-server", str(echo_port)]
-    echo = subprocess.Popen(echo_argv)
+    commands = [
+        inferpool_serve("--workers", "1", "--grpc-port", str(port), "--grpc-server", server)
+        for server, port in grpc_ports.items()
+    ]
+    echo_ports = {kind: free_port() for kind in ECHOES}
+    echoes = {}
+    for kind, port in echo_ports.items():
+        argv = [sys.executable, "-m", "loadtest.bench_grpc", "--echo-server", str(port), "--echo-kind", kind.split()[0]]
+        echoes[kind] = subprocess.Popen(["taskset", "-c", "0", *argv])
     try:
-        with launch(command, cpus=[0]) as server:
+        with contextlib.ExitStack() as stack:
+            servers = [stack.enter_context(launch(command, cpus=[0])) for command in commands]
+            server = servers[0]
             os.sched_setaffinity(0, {1})
-            targets = {  # (metrics URL, gRPC target, pid) by protocol; HTTP's need only the server
-                "grpc": (server.url, f"127.0.0.1:{grpc_port}", server.process.pid),
-                "grpcio echo": (None, f"127.0.0.1:{echo_port}", echo.pid),
+            targets: dict[
+                str, tuple[str | None, str, int]
+            ] = {  # (metrics URL, gRPC target, pid); HTTP: the first server
+                f"grpc {name}": (each.url, f"127.0.0.1:{grpc_ports[name]}", each.process.pid)
+                for name, each in zip(GRPC_SERVERS, servers, strict=True)
             }
+            for kind, port in echo_ports.items():
+                targets[kind] = (None, f"127.0.0.1:{port}", echoes[kind].pid)
             for _ in range(args.rounds):
                 for n in (1, 8):
                     for kind in kinds:
@@ -168,8 +212,9 @@ def main() -> None:
                         figures = uvloop.run(row(kind, n, args.seconds, url, server.port, target, pid))
                         results.setdefault((kind, n), []).append(figures)
     finally:
-        echo.terminate()
-        echo.wait()
+        for echo in echoes.values():
+            echo.terminate()
+            echo.wait()
     print("| callers | protocol | calls/s | p50 µs | p99 µs | server CPU µs/call | overhead µs/call |")
     print("|---|---|---|---|---|---|---|")
     for (kind, n), rounds in sorted(results.items(), key=lambda item: (item[0][1], kinds.index(item[0][0]))):

@@ -12,27 +12,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+from inferpool.harness.procs import tree, tree_cpu_seconds  # re-exported: the loadtest modules import them here
 
-
-def tree(pid: int) -> list[int]:
-    """pid and all its descendants (from /proc/*/stat parent links)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
-        children.setdefault(ppid, []).append(int(entry.name))
-    found, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        found.append(current)
-        todo.extend(children.get(current, []))
-    return found
+__all__ = ["Sampler", "tree", "tree_counts", "tree_cpu_seconds", "tree_pss_bytes", "tree_rss_bytes"]
 
 
 def tree_rss_bytes(pid: int) -> int:
@@ -55,19 +37,6 @@ def _tree_sum_kb(pid: int, name: str, field: str) -> int:
             continue  # exited meanwhile
         total += sum(int(line.split()[1]) for line in lines if line.startswith(field))
     return total
-
-
-def tree_cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of the process tree so far (utime + stime of each member)."""
-    total = 0
-    for member in tree(pid):
-        try:
-            stat = Path(f"/proc/{member}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        total += int(fields[11]) + int(fields[12])
-    return total / CLOCK_TICKS
 
 
 def tree_counts(pid: int) -> dict[str, int]:

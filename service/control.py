@@ -19,6 +19,8 @@ from typing import Any
 
 import orjson
 
+from inferpool.service.apierror import ApiError
+
 log = logging.getLogger(__name__)
 MAX_MESSAGE = 4 << 20  # an index of a large repository fits; a load's config override is small
 Message = dict[str, Any]
@@ -90,3 +92,19 @@ class Control:
                 self._waiting.set_result(message)
             else:
                 log.warning("unexpected message from the supervisor: %r", message)
+
+
+def control_for(found: Control | None, changes: bool) -> Control:
+    """The channel for a repository call (``changes``: a load or unload), or the error REST and
+    gRPC both answer (service/grpc_v2/repository.py)."""
+    if found is None:
+        message = "this server has no model repository; start it with --model-repository DIR"
+        raise ApiError(404, message, "no_repository")
+    if changes and found.mode != "explicit":
+        raise ApiError(
+            403,
+            f"model control is off (model_control_mode={found.mode!r}): start the server with "
+            "--model-control-mode explicit to load and unload models by API",
+            "control_off",
+        )
+    return found

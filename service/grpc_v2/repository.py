@@ -15,11 +15,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from inferpool.service.apierror import ApiError
-from inferpool.service.control import Control, Message
+from inferpool.service.control import Control, Message, control_for
 from inferpool.service.errors import ErrorAnswer
 from inferpool.service.grpc_v2 import inference_pb2 as pb
 from inferpool.service.grpc_v2.status import Refused
-from inferpool.service.routes.repository import control_for
 
 
 class Repository:

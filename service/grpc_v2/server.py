@@ -1,5 +1,7 @@
-"""The gRPC front end's server: grpcio's asyncio server on the serving process's own event
-loop (uvicorn's), beside HTTP, with the v2 service and the standard health service.
+"""The gRPC front ends by name (GRPC_SERVERS; ``grpc_server`` picks one: config/grpc.py), and
+the grpcio one: grpcio's asyncio server on the serving process's own event loop (uvicorn's),
+beside HTTP, with the v2 service and the standard health service. The native one is
+service/grpc_v2/native.py.
 
 Every serving process listens on ``grpc_port`` with SO_REUSEPORT (grpcio's default on Linux):
 the kernel spreads new connections over the processes, as the shared HTTP socket does. grpcio
@@ -13,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -22,6 +24,7 @@ from grpc_health.v1.health import aio as health_aio
 from inferpool.service.auth import ApiKey
 from inferpool.service.control import Control
 from inferpool.service.frontdoor import FrontDoor
+from inferpool.service.grpc_v2.native import NativeFrontEnd
 from inferpool.service.grpc_v2.servicer import SERVICE, Servicer
 from inferpool.service.observe import Observer
 
@@ -42,16 +45,28 @@ def address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+class FrontEnd(Protocol):
+    """A gRPC server serving a servicer's methods and the health service on ``bind``."""
+
+    def __init__(self, servicer: Servicer, host: ModelHost, bind: str, max_message_bytes: int) -> None: ...
+    async def start(self) -> None: ...
+    def retire(self, grace: float) -> None: ...
+    async def stop(self, grace: float) -> None: ...
+
+
 def front_end(
     settings: Settings, door: FrontDoor, version: str, control: Control | None = None,
     observer: Observer | None = None,
-) -> GrpcFrontEnd:  # fmt: skip
+) -> FrontEnd:  # fmt: skip
     """``control``: the process's channel to the supervisor, for the repository methods (None
     without a repository, or outside a supervisor)."""
     key = settings.api_key
     auth = None if key is None else ApiKey(key.get_secret_value(), settings.auth_exempt)
+    from inferpool.config.grpc import grpc_server_for  # the config package imports torch: not at import
+
     servicer = Servicer(door, version=version, auth=auth, control=control, observer=observer)
-    front = GrpcFrontEnd(servicer, door.host, address(settings.host, settings.grpc_port), settings.max_body_bytes)
+    server = GRPC_SERVERS[grpc_server_for(settings.grpc_server, settings.model_control_mode)]
+    front = server(servicer, door.host, address(settings.host, settings.grpc_port), settings.max_body_bytes)
     servicer.retired = partial(front.retire, settings.drain_seconds)
     return front
 
@@ -128,3 +143,7 @@ class Health(health_aio.HealthServicer):
         if request.service not in SERVICES:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"no service {request.service!r} here")
         return health_pb2.HealthCheckResponse(status=SERVING if self.host.status.ready else NOT_SERVING)
+
+
+GRPC_SERVERS: dict[str, type[FrontEnd]] = {"native": NativeFrontEnd, "grpcio": GrpcFrontEnd}
+"""The gRPC front ends by the name ``grpc_server`` gives (config/settings.py: GRPC_SERVER_NAMES)."""

@@ -18,16 +18,17 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, NamedTuple
 
 import grpc
 
 from inferpool.engine.client import request_id
 from inferpool.engine.errors import NotReady, Overloaded
+from inferpool.service import frontdoor
 from inferpool.service.auth import ApiKey
 from inferpool.service.control import Control
 from inferpool.service.errors import ErrorAnswer, answer_for
-from inferpool.service.frontdoor import FrontDoor, Served, client_request_id, request_ids
+from inferpool.service.frontdoor import FrontDoor, client_request_id, request_ids
 from inferpool.service.grpc_v2 import inference_pb2 as pb
 from inferpool.service.grpc_v2 import tensors
 from inferpool.service.grpc_v2.repository import Repository
@@ -38,9 +39,19 @@ from inferpool.service.v2codec import metadata
 
 log = logging.getLogger(__name__)
 SERVICE = "inference.GRPCInferenceService"
-Method = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[Any]]
+# The context is grpc.aio's or the native front end's (native.Context): the methods use only what both have.
+Method = Callable[[Any, Any], Awaitable[Any]]
 # Set by a ModelInfer that ran the model, read by its wrapper (the same task, so the same context).
 _inference: ContextVar[Inference | None] = ContextVar("grpc_inference", default=None)
+
+
+class Served(NamedTuple):
+    method: Method
+    request: Any
+    """The request's message class (its ``FromString`` decodes the wire bytes, with upb)."""
+    response: Any
+
+
 UNAUTHENTICATED = ErrorAnswer(
     401, "missing or wrong API key: send metadata 'authorization: Bearer <key>' or 'x-api-key'"
 )
@@ -67,7 +78,9 @@ class Servicer:
         """Called when a call ends in a process that a newer one replaces (set by the front end)."""
         self._ids = request_ids(itertools.count(), tag="g")  # "g": HTTP's ids count on their own serial
 
-    def handlers(self) -> grpc.GenericRpcHandler:
+    def methods(self) -> dict[str, Served]:
+        """Every v2 method by name, behind the key check, the metrics and the error boundary:
+        the one table both front ends serve (service/grpc_v2/server.py, native.py)."""
         repository = self.repository
         methods: dict[str, tuple[Method, Any, Any]] = {
             "ServerLive": (self.server_live, pb.ServerLiveRequest, pb.ServerLiveResponse),
@@ -88,15 +101,22 @@ class Servicer:
                 pb.RepositoryModelUnloadResponse,
             ),
         }
+        return {
+            name: Served(self.handler(name, method), request, response)
+            for name, (method, request, response) in methods.items()
+        }
+
+    def handlers(self) -> grpc.GenericRpcHandler:
+        """The methods as grpcio's server takes them."""
         return grpc.method_handlers_generic_handler(
             SERVICE,
             {
                 name: grpc.unary_unary_rpc_method_handler(
-                    self.handler(name, method),
-                    request_deserializer=request.FromString,
-                    response_serializer=response.SerializeToString,
+                    served.method,
+                    request_deserializer=served.request.FromString,
+                    response_serializer=served.response.SerializeToString,
                 )
-                for name, (method, request, response) in methods.items()
+                for name, served in self.methods().items()
             },
         )
 
@@ -104,7 +124,7 @@ class Servicer:
         """``method`` behind the key check, the metrics and the error boundary."""
         auth, path = self.auth, REST_TWIN.get(name)
 
-        async def handle(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        async def handle(request: Any, context: Any) -> Any:
             started = time.perf_counter()
             code = "OK"
             response = None
@@ -175,7 +195,7 @@ class Servicer:
         counted while it runs (a retiring process waits for it before it exits)."""
         activity = self.activity
 
-        async def counted(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        async def counted(request: Any, context: Any) -> Any:
             try:
                 activity.enter()
             except Overloaded:
@@ -204,5 +224,5 @@ class Servicer:
         return response
 
 
-def _encode(served: Served, outputs: Mapping[str, Any], asked: tuple[str, Any]) -> pb.ModelInferResponse:
+def _encode(served: frontdoor.Served, outputs: Mapping[str, Any], asked: tuple[str, Any]) -> pb.ModelInferResponse:
     return tensors.encode(served.name, served.version, asked[0], outputs, asked[1])

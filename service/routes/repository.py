@@ -16,7 +16,7 @@ from fastapi import APIRouter, Request, Response
 
 from inferpool.service.apierror import ApiError
 from inferpool.service.codec import json_response
-from inferpool.service.control import Control
+from inferpool.service.control import Control, control_for
 from inferpool.service.errors import ERROR_RESPONSES, documented_error
 
 RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -35,22 +35,6 @@ router = APIRouter(prefix="/v2/repository", tags=["Model repository"], responses
 
 def _control(request: Request, changes: bool) -> Control:
     return control_for(getattr(request.app.state, "control", None), changes)
-
-
-def control_for(found: Control | None, changes: bool) -> Control:
-    """The channel for a repository call (``changes``: a load or unload), or the error REST and
-    gRPC both answer (service/grpc_v2/repository.py)."""
-    if found is None:
-        message = "this server has no model repository; start it with --model-repository DIR"
-        raise ApiError(404, message, "no_repository")
-    if changes and found.mode != "explicit":
-        raise ApiError(
-            403,
-            f"model control is off (model_control_mode={found.mode!r}): start the server with "
-            "--model-control-mode explicit to load and unload models by API",
-            "control_off",
-        )
-    return found
 
 
 async def _body(request: Request) -> dict[str, Any]:

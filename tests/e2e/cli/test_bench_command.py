@@ -54,6 +54,16 @@ def test_every_phase_is_timed_with_positive_numbers(report):
     assert all(cpu > 0 for cpu in report["client_cpu_us_per_request"].values())
 
 
+def test_server_cpu_per_request_of_both_front_ends_beside_the_bare_app(report):
+    cpu = report["server_cpu_us_per_request"]
+    assert set(cpu) == {"http_json", "http_v2_binary", "grpc", "bare_asgi"}
+    assert all(us > 0 for us in cpu.values()), cpu
+    # Each server answered the same model call: none can have spent less than it per request.
+    assert all(us > report["timings"]["bare"]["p50_us"] / 2 for us in cpu.values()), cpu
+    assert report["grpc_server"] == "native"  # auto, with no model control
+    assert f"gRPC v2 ModelInfer (native) {cpu['grpc']:.0f} µs" in format_table(report)
+
+
 def test_overhead_is_the_phase_minus_the_bare_call(report):
     bare = report["timings"]["bare"]
     assert list(report["overhead"]) == PHASES[1:]

@@ -1,5 +1,6 @@
 """The Open Inference Protocol v2 over gRPC against real servers, called with Triton's own gRPC
-client (tritonclient.grpc, unmodified) and with plain grpcio where a test needs the raw wire."""
+client (tritonclient.grpc, unmodified) and with plain grpcio where a test needs the raw wire;
+every test on each gRPC front end (--grpc-server native and grpcio: the same guarantees)."""
 
 from __future__ import annotations
 
@@ -33,7 +34,12 @@ runtime = { backend = "eager" }  # an exported graph would not keep the model's 
 """
 
 
-def _serve(tmp_path_factory, *args: str, config: str | None = None):
+@pytest.fixture(scope="module", params=["native", "grpcio"])
+def grpc_server(request) -> str:
+    return request.param
+
+
+def _serve(tmp_path_factory, grpc_server: str, *args: str, config: str | None = None):
     """A real server with gRPC on a free port: (server, "127.0.0.1:<grpc port>")."""
     logs = tmp_path_factory.mktemp("logs")
     if config is not None:
@@ -41,12 +47,12 @@ def _serve(tmp_path_factory, *args: str, config: str | None = None):
         path.write_text(config)
         args = ("--config", str(path), *args)
     port = free_port()
-    return run_server(logs, "--grpc-port", str(port), *args), f"127.0.0.1:{port}"
+    return run_server(logs, "--grpc-port", str(port), "--grpc-server", grpc_server, *args), f"127.0.0.1:{port}"
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    running, target = _serve(tmp_path_factory, config=TWO_MODELS)
+def served(tmp_path_factory, grpc_server):
+    running, target = _serve(tmp_path_factory, grpc_server, config=TWO_MODELS)
     with running as server:
         wait_ready(server)
         yield server, target
@@ -228,11 +234,12 @@ def test_a_second_server_on_the_grpc_port_stops_at_once(served):
 
 
 @pytest.fixture(scope="module")
-def guarded(tmp_path_factory):
+def guarded(tmp_path_factory, grpc_server):
     """The slow model alone, one request inside each process at most, a 4 KiB message limit and
     an API key."""
     running, target = _serve(
         tmp_path_factory,
+        grpc_server,
         "--model", "tests.support.slow_model:slow_calls", "--runtime.backend", "eager",
         "--max-queue", "0", "--max-body-bytes", "4096", "--api-key", "sesame",
     )  # fmt: skip
@@ -289,7 +296,7 @@ def test_overload_is_unavailable_with_retry_info(guarded):
         assert retry.retry_delay.seconds >= 1
 
 
-def test_sigterm_drains_grpc_calls(tmp_path_factory):
+def test_sigterm_drains_grpc_calls(tmp_path_factory, grpc_server):
     """Callers looping on the slow model while the server drains: every call is answered or
     refused UNAVAILABLE, none that was accepted is cut, and the server exits 0.
 
@@ -298,6 +305,7 @@ def test_sigterm_drains_grpc_calls(tmp_path_factory):
     sent after the SIGTERM."""
     running, target = _serve(
         tmp_path_factory,
+        grpc_server,
         "--model",
         "tests.support.slow_model:slow_calls",
         "--runtime.backend",

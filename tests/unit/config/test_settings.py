@@ -44,6 +44,7 @@ def test_priority_is_cli_then_env_then_file(monkeypatch, tmp_path):
         (["--latency-buckets", "[0.1, 0.01]"], "must be positive and strictly increasing"),
         (["--runtime.dispatch", "fastest"], "dispatch='fastest' is invalid: use one of ('threads', 'inline', 'auto')"),
         (["--port", "9000", "--grpc-port", "9000"], "give gRPC its own port (or 0 to turn it off)"),
+        (["--grpc-server", "tonic"], "grpc_server 'tonic' is unknown; choose one of ['auto', 'native', 'grpcio']"),
     ],
 )
 def test_bad_values_are_refused_with_a_fix(args, message):
