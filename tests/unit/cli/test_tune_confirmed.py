@@ -81,6 +81,13 @@ def make_trials(tmp_path: Path, where: Placement, budget: Budget) -> Trials:
     return Trials(plan, budget, Progress(budget), tmp_path)
 
 
+def assert_agree(defaults: Trial, tuned: Trial, checked: Confirmation) -> None:
+    for trial, confirmed in ((defaults, checked.defaults), (tuned, checked.tuned)):
+        ratio = agreement(trial, confirmed.throughput)
+        assert ratio is not None
+        assert abs(ratio - 1) <= AGREEMENT, (trial.name, ratio)
+
+
 @pytest.mark.parametrize("cpus", [[0, 1], [0, 1, 2, 3]])
 def test_a_trial_and_the_confirmation_of_the_same_server_agree(tmp_path, machine, cpus):
     where = placement(cpus)
@@ -96,10 +103,7 @@ def test_a_trial_and_the_confirmation_of_the_same_server_agree(tmp_path, machine
     assert second is not None
     checked = confirm(first, second, trials.plan.workload, LOAD, budget, Progress(budget))
     assert checked is not None
-    for trial, confirmed in ((defaults, checked.defaults), (tuned, checked.tuned)):
-        ratio = agreement(trial, confirmed.throughput)
-        assert ratio is not None
-        assert abs(ratio - 1) <= AGREEMENT, (trial.name, ratio)
+    assert_agree(defaults, tuned, checked)
     # With CPUs to spare the generator is kept off the servers' cores: they run at full speed.
     assert defaults.summary is not None
     assert defaults.summary.throughput == pytest.approx(1000 if len(cpus) >= 3 else 500, rel=0.01)
@@ -215,10 +219,7 @@ def test_trials_average_over_connection_draws_as_the_confirmation_does(tmp_path,
     assert len(fake.draws) == 2
     checked = confirm(9000, 9001, plan.workload, LOAD, budget, Progress(budget))
     assert checked is not None
-    for trial, confirmed in ((defaults, checked.defaults), (tuned, checked.tuned)):
-        ratio = agreement(trial, confirmed.throughput)
-        assert ratio is not None
-        assert abs(ratio - 1) <= AGREEMENT, (trial.name, ratio)
+    assert_agree(defaults, tuned, checked)
     # One window of 10 s would have been one draw: 1000 req/s against the confirmation's 800.
     assert defaults.summary is not None
     assert defaults.summary.throughput == pytest.approx(1000 * (5 + 4 * 0.6) / 9, rel=0.01)
