@@ -77,6 +77,8 @@ class Plan:
     warmup: float
     seconds: float
     placement: Placement = SHARED
+    accuracy_cosine: float | None = None
+    """``--accuracy-cosine``: search int8 too, at this gate (inferpool.cli.tune_precision)."""
 
 
 class Trials:
@@ -280,8 +282,9 @@ def served_config(port: int, model: str) -> dict[str, Any]:
 
 def label(knobs: Knobs) -> str:
     delay = f" {knobs.max_queue_delay_us:g}us" if knobs.max_batch_size > 1 else ""
+    precision = "" if knobs.precision == "fp32" else f" {knobs.precision}>={knobs.accuracy_min_cosine:g}"
     return (f"{knobs.backend} x{knobs.workers}p x{knobs.num_runtimes}r x{knobs.intra_op_threads}t "
-            f"{knobs.dispatch} b{knobs.max_batch_size}{delay}")  # fmt: skip
+            f"{knobs.dispatch} b{knobs.max_batch_size}{delay}{precision}")  # fmt: skip
 
 
 def _brief(summary: Summary) -> str:

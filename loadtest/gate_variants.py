@@ -79,7 +79,7 @@ def main() -> None:
             "onnxruntime uint8, per tensor": dict(per_channel=False, unsigned=True),
             "onnxruntime uint8, per channel": dict(per_channel=True, unsigned=True),
         }
-        files = {}
+        files: dict[str, Path] = {}
         for name, how in variants.items():
             files[name] = quantize(exported.model, Path(scratch) / f"{len(files)}.onnx", **how)
             print(f"{name:40} {figures(reference, ort_session(files[name]), inputs)}")
