@@ -42,6 +42,8 @@ class ModelInfo:
     """Whether a call running alone in the pod uses every core, and the figures it was chosen from."""
     precision_selection: dict[str, Any] | None = None
     """For ``precision = "int8"``: the precision served and the accuracy gate's figures."""
+    deadline_floor_ms: int = 1
+    """The shortest deadline it can meet: its fastest call at start-up, in whole ms (rounded up)."""
 
     @property
     def threads(self) -> int:
@@ -104,6 +106,10 @@ class EngineClient(Protocol):
 
     @property
     def info(self) -> ModelInfo: ...
+
+    deadline_floor_ms: int
+    """A request's deadline below this many ms is invalid (inferpool.engine.deadline_floor): read
+    on every request, so a plain attribute, not a field of ``info`` (which is built on each read)."""
 
     async def infer(self, inputs: object, deadline: float | None = None, request_id: str | None = None) -> Prediction:
         """Run one request: ``inputs`` as decoded (JSON value or named arrays), ``deadline`` an

@@ -218,7 +218,7 @@ class Servicer:
         model = find_model(self.host, request.model_name, request.model_version or None)
         decoded = tensors.decode(request, self.expected(model))
         parsed = time.perf_counter()
-        when = deadline(None, self.timeout_ms, decoded.timeout_ms)
+        when = deadline(None, self.timeout_ms, decoded.timeout_ms, floor_ms=model.deadline_floor_ms)
         remaining = context.time_remaining()
         if remaining is not None:  # the caller's own deadline, when it set one
             when = min(when or float("inf"), time.monotonic() + remaining)

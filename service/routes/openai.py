@@ -98,7 +98,7 @@ class Embeddings(RawRoute):
         model, declared = embedding_model(self.host, request.model)
         for_model(request, model.name, declared)
         parsed = time.perf_counter()
-        when = deadline(headers.get(TIMEOUT_HEADER), self.timeout_ms)
+        when = deadline(headers.get(TIMEOUT_HEADER), self.timeout_ms, floor_ms=model.deadline_floor_ms)
         try:
             prediction = await model.infer(request.inputs, when, request_id.get())
         except InvalidInput as exc:  # what the handler refuses here is always in 'input'

@@ -61,7 +61,7 @@ class Predict(RawRoute):
         )
         inputs = decode_inputs(request_body)
         parsed = time.perf_counter()
-        when = deadline(headers.get(TIMEOUT_HEADER), self.timeout_ms)
+        when = deadline(headers.get(TIMEOUT_HEADER), self.timeout_ms, floor_ms=model.deadline_floor_ms)
         prediction = await model.infer(inputs, when, request_id.get())
         encoding = time.perf_counter()
         body = encode_json({"model": model.name, "outputs": prediction.outputs})

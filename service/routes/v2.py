@@ -95,6 +95,7 @@ async def model_config(request: Request, name: str, version: str | None = None) 
             "dispatch_selection": info.dispatch_selection,
             "wide_selection": info.wide_selection,
             "precision_selection": info.precision_selection,
+            "deadline_floor_ms": info.deadline_floor_ms,
         }
     )
 
@@ -140,7 +141,9 @@ class Infer(RawRoute):
         json_length = None if length is None else length.decode("latin-1")
         parsed_request = parse_request(body, json_length, self.expected(model))
         parsed = time.perf_counter()
-        when = deadline(headers.get(TIMEOUT_HEADER), self.timeout_ms, parsed_request.timeout_ms)
+        when = deadline(
+            headers.get(TIMEOUT_HEADER), self.timeout_ms, parsed_request.timeout_ms, floor_ms=model.deadline_floor_ms
+        )
         prediction = await model.infer(parsed_request.inputs, when, request_id.get())
         encoding = time.perf_counter()
         version = self.host.version_of(model)
