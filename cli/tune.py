@@ -41,6 +41,7 @@ from inferpool.cli.tune_confirm import Confirmation, confirm, reserve, shortest
 from inferpool.cli.tune_costs import CostMeter, Costs, batch_sizes, measure_costs
 from inferpool.cli.tune_decide import decide, met_objective
 from inferpool.cli.tune_measure import WARMUP, drift, pin_generator, placement
+from inferpool.cli.tune_precision import int8_trial
 from inferpool.cli.tune_progress import Progress
 from inferpool.cli.tune_rank import DEFAULTS
 from inferpool.cli.tune_report import Outcome, confirmation_lines, format_table, verdict, write_results
@@ -73,6 +74,10 @@ def tune_main(argv: list[str]) -> int:
     parser.add_argument("--budget", default="10m", help="wall-clock limit, e.g. 10m, 90s, 1h (default 10m)")
     parser.add_argument("--trial-seconds", type=float, help="measured seconds per trial (default: budget/60, 2-10)")
     parser.add_argument("--out", type=Path, default=Path("inferpool-tune"), help="directory for the results")
+    parser.add_argument(
+        "--accuracy-cosine", type=float, metavar="C",
+        help="also try int8 at the best setting, served only if every held-out output keeps cosine >= C to fp32",
+    )  # fmt: skip
     args, rest = parser.parse_known_args(argv)
     try:
         seconds = parse_duration(args.budget)
@@ -81,6 +86,8 @@ def tune_main(argv: list[str]) -> int:
     budget = Budget(seconds)
     if args.p99_ms <= 0 or (args.concurrency or 1) < 1 or (args.rate or 1) <= 0:
         parser.error("--p99-ms, --concurrency and --rate must be positive")
+    if args.accuracy_cosine is not None and not -1 <= args.accuracy_cosine <= 1:
+        parser.error("--accuracy-cosine must be a cosine between -1 and 1, like 0.99")
     settings = settings_from_argv("inferpool tune", args, rest, sized)
     if isinstance(settings, int):
         return settings
@@ -94,7 +101,9 @@ def tune_main(argv: list[str]) -> int:
     serve_args = ([] if args.config is None else ["--config", str(args.config)]) + rest
     progress = Progress(budget)
     try:
-        return _tune(settings, serve_args, load, bodies, budget, trial_seconds, args.out, progress)
+        return _tune(
+            settings, serve_args, load, bodies, budget, trial_seconds, args.out, progress, args.accuracy_cosine
+        )
     except (EngineError, RuntimeError, TimeoutError, ConnectionError) as exc:
         progress.say(f"inferpool tune: {exc}")
         return 2 if isinstance(exc, EngineError) else 1
@@ -124,6 +133,7 @@ def _tune(
     trial_seconds: float,
     out: Path,
     progress: Progress,
+    accuracy_cosine: float | None = None,
 ) -> int:
     options = settings.runtime
     first = None if bodies is None else json.loads(bodies[0])["inputs"]
@@ -140,7 +150,7 @@ def _tune(
     where = placement(sorted(os.sched_getaffinity(0)))
     pin_generator(where)
     progress.say(f"inferpool tune: {where.describe()}")
-    plan = Plan(settings, serve_args, model, load, workload, WARMUP, trial_seconds, where)
+    plan = Plan(settings, serve_args, model, load, workload, WARMUP, trial_seconds, where, accuracy_cosine)
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="inferpool-tune-") as workdir:
         trials = Trials(plan, budget, progress, Path(workdir))
@@ -176,6 +186,7 @@ def _search(trials: Trials, costs: Costs, settings: Settings, out: Path, progres
         if not trials.run(trial, f"trial {number}/{len(space.candidates)}"):
             not_run = len(space.candidates) - number + 1
             break
+    int8_trial(trials, len(space.candidates) + 1)  # with --accuracy-cosine: inferpool.cli.tune_precision
     # The same server, the same way: how far it drifted (its share of the reserve kept for it).
     fits = budget.left() - trials.again_seconds() >= shortest()
     end = trials.again(defaults, DEFAULTS_AGAIN) if fits else None

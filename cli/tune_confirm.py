@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from inferpool.cli.tune_budget import Budget
-from inferpool.cli.tune_measure import WARMUP, measure
+from inferpool.cli.tune_measure import WARMUP, combined, measure
 from inferpool.cli.tune_progress import Progress
 from inferpool.cli.tune_space import Load
 from inferpool.harness.load import Summary, Window, Workload
@@ -99,11 +99,7 @@ def confirm(
 
 def merged(windows: list[Window]) -> Summary:
     """One summary of several windows: their answers together over their summed time."""
-    total = Window(start=0.0, end=sum(w.elapsed() for w in windows))
-    for window in windows:
-        total.latencies += window.latencies
-        total.errors += window.errors
-    return total.summary()
+    return combined(windows).summary()
 
 
 def _ratio(defaults: Summary, tuned: Summary, load: Load) -> float:

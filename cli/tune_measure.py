@@ -12,10 +12,19 @@ CPUS_TO_SPARE or more usable CPUs it is pinned to the last of them and every ser
 for the trials and the confirmation alike, so that it never takes a server's core; below that
 (2 CPUs: a server pinned to one would be another setting) it shares them, and what it took,
 ``generator_cpus`` (CPU seconds per second of its window), is reported beside each figure.
+
+Each ``measure`` opens its own connections, and which serving process the kernel hands them to
+is a draw: 8 keep-alive connections to a two-process MLP server landed 8/0 or 7/1 (``ss -tnp``,
+eight draws), and eight 1.8 s windows of one server ranged 2,188-3,554 req/s against 2,776 for
+one 8 s window (docs/BENCHMARKS.md, issue 36). The confirmation averages eight such draws; a
+trial measured in one window got one, which alone can part them by far more than 15 %. So a
+trial is measured in ``slices`` of the confirmation's own length, each with its warm-up and
+fresh connections, and merged: both average over the draws alike.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -81,11 +90,48 @@ def measure(
     seconds: float,
     check: Callable[[Window], bool] | None = None,
     warmup: float = WARMUP,
+    slice_seconds: float | None = None,
 ) -> Measured:
+    """``seconds`` of load after ``warmup``; with ``slice_seconds``, as that many slices as fit
+    (each its own warm-up and connections: the module docstring says why), merged. ``check``
+    sees the merged window so far and stops the whole measure early."""
+    count = slices(seconds, slice_seconds)
+    each = seconds / count
     cpu, wall = time.process_time(), time.perf_counter()
-    window = run_load(port, workload, warmup, seconds, check)
+    done: list[Window] = []
+    stopped = [False]
+
+    def merged_check(window: Window) -> bool:
+        assert check is not None
+        stopped[0] = check(combined([*done, window]))
+        return stopped[0]
+
+    for _ in range(count):
+        done.append(run_load(port, workload, warmup, each, merged_check if check is not None else None))
+        if stopped[0]:
+            break
     spent = time.process_time() - cpu
+    window = done[0] if len(done) == 1 else combined(done)
     return Measured(window, round(spent / max(time.perf_counter() - wall, 1e-9), 3))
+
+
+def slices(seconds: float, slice_seconds: float | None) -> int:
+    """How many slices ``seconds`` is measured in: the fewest of at most ``slice_seconds`` each."""
+    if slice_seconds is None or slice_seconds <= 0:
+        return 1
+    return max(1, math.ceil(seconds / slice_seconds - 1e-9))
+
+
+def combined(windows: Sequence[Window]) -> Window:
+    """Several windows as one: their answers together over their summed time (the last one's
+    may still be running)."""
+    elapsed = sum(w.elapsed() for w in windows)
+    end = 0.0 if all(w.end is not None for w in windows) else None
+    total = Window(start=-elapsed if end is not None else time.perf_counter() - elapsed, end=end)
+    for window in windows:
+        total.latencies += window.latencies
+        total.errors += window.errors
+    return total
 
 
 def drift(start: Summary, end: Summary) -> float:

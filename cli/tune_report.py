@@ -16,7 +16,7 @@ from inferpool.cli.tune_costs import Costs
 from inferpool.cli.tune_decide import AGREEMENT, Decision, agreement
 from inferpool.cli.tune_measure import HUNGRY
 from inferpool.cli.tune_rank import DEFAULTS, Choice, describe_miss, miss
-from inferpool.cli.tune_space import Load
+from inferpool.cli.tune_space import Knobs, Load
 from inferpool.cli.tune_trials import Trial, Trials
 from inferpool.config import Settings
 from inferpool.harness.load import Summary
@@ -32,6 +32,10 @@ def format_table(trials: Sequence[Trial], choice: Choice[Trial] | None = None) -
     marked winner, or closest when none met the objective."""
     mark = "" if choice is None else "  <- winner" if choice.met else "  <- closest"
     return "\n".join([COLUMNS, *(_row(t) + (mark if choice and t is choice.chosen else "") for t in trials)])
+
+
+def _precision(knobs: Knobs) -> str:
+    return "" if knobs.precision == "fp32" else f" {knobs.precision}"
 
 
 def _row(trial: Trial) -> str:
@@ -53,7 +57,7 @@ def _row(trial: Trial) -> str:
         noise = "-" if trial.p99_noise_ms is None else f"{trial.p99_noise_ms:.1f}"
         measured = f"{summary.throughput:>8.0f}{p50:>8}{p99:>8}{noise:>6}{summary.errors:>7}"
     return (
-        f"{trial.name:<13}{chosen(knobs.backend, 'backend'):<22}{knobs.workers:>5}{runtimes:>4}"
+        f"{trial.name:<13}{chosen(knobs.backend, 'backend') + _precision(knobs):<22}{knobs.workers:>5}{runtimes:>4}"
         f"{knobs.intra_op_threads:>4}  {chosen(knobs.dispatch, 'dispatch'):<15}{knobs.max_batch_size:>5}{delay:>9}"
         f"{start:>8}{predicted:>8}{measured}  {trial.status}"
     )

@@ -57,6 +57,10 @@ class Knobs:
     dispatch: str  # inline | threads | auto (with batching, which runs its own threads)
     max_batch_size: int = 1
     max_queue_delay_us: float = 500.0
+    precision: str = "fp32"
+    accuracy_min_cosine: float = 0.99
+    """With int8: the gate's bar. Trials of int8 start strict (refused when the gate fails), so
+    a setting that fails it never serves, never measures and is never recommended."""
 
     @classmethod
     def of(cls, options: RuntimeOptions, workers: int) -> Knobs:
@@ -82,7 +86,14 @@ class Knobs:
             "--runtime.dispatch", self.dispatch,
             "--runtime.max-batch-size", str(self.max_batch_size),
             "--runtime.max-queue-delay-us", f"{self.max_queue_delay_us:g}",
+            *self._precision_flags(),
         ]  # fmt: skip
+
+    def _precision_flags(self) -> list[str]:
+        if self.precision == "fp32":
+            return []
+        return ["--runtime.precision", self.precision, "--runtime.precision-strict",
+                "--runtime.accuracy-min-cosine", f"{self.accuracy_min_cosine:g}"]  # fmt: skip
 
     def runtime(self) -> dict[str, object]:
         """The knobs under ``[runtime]`` in a config file."""
@@ -93,7 +104,13 @@ class Knobs:
             "dispatch": self.dispatch,
             "max_batch_size": self.max_batch_size,
             "max_queue_delay_us": self.max_queue_delay_us,
+            **self._precision_table(),
         }
+
+    def _precision_table(self) -> dict[str, object]:
+        if self.precision == "fp32":
+            return {}
+        return {"precision": self.precision, "precision_strict": True, "accuracy_min_cosine": self.accuracy_min_cosine}
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,8 @@ from typing import Any
 
 from inferpool.cli.tune_budget import Budget
 from inferpool.cli.tune_config import write_config
-from inferpool.cli.tune_measure import SHARED, Placement, measure
+from inferpool.cli.tune_confirm import OVERHEAD, slice_seconds
+from inferpool.cli.tune_measure import SHARED, Placement, measure, slices
 from inferpool.cli.tune_progress import Progress
 from inferpool.cli.tune_rank import DEFAULTS, Choice, choose, p99_noise
 from inferpool.cli.tune_space import Knobs, Load
@@ -76,6 +77,8 @@ class Plan:
     warmup: float
     seconds: float
     placement: Placement = SHARED
+    accuracy_cosine: float | None = None
+    """``--accuracy-cosine``: search int8 too, at this gate (inferpool.cli.tune_precision)."""
 
 
 class Trials:
@@ -101,9 +104,28 @@ class Trials:
 
     def estimate(self) -> float:
         """Seconds a trial takes, start to stop: the slowest start-up seen (the defaults' when
-        nothing else has started yet), warm-up, measuring, stopping."""
+        nothing else has started yet), its slices' warm-ups and measuring, stopping."""
         startup = max(self.startups[-3:], default=30.0)
-        return startup + self.plan.warmup + self.plan.seconds + STOP_SECONDS
+        return startup + self.measuring(self.plan.seconds) + STOP_SECONDS
+
+    @property
+    def slice(self) -> float:
+        """A trial's slice: the confirmation's own (inferpool.cli.tune_measure says why)."""
+        return slice_seconds(self.budget.seconds)
+
+    def measuring(self, seconds: float) -> float:
+        """Seconds that measuring ``seconds`` takes, each slice's warm-up and set-up included."""
+        return seconds + slices(seconds, self.slice) * (self.plan.warmup + OVERHEAD)
+
+    def fitting(self, left: float) -> float:
+        """The measured seconds, at most the plan's, whose measuring fits in ``left``: whole
+        slices dropped first, then one shorter slice."""
+        seconds = self.plan.seconds
+        while self.measuring(seconds) > left and seconds > self.slice:
+            seconds = (slices(seconds, self.slice) - 1) * self.slice
+        if self.measuring(seconds) > left:
+            seconds = left - self.plan.warmup - OVERHEAD
+        return seconds
 
     def run(self, trial: Trial, order: str, defaults: bool = False) -> bool:
         """Run ``trial``; False when the budget cannot hold it (nothing later will fit either)."""
@@ -113,7 +135,7 @@ class Trials:
         plan = self.plan
         command = self._command(trial)
         self.progress.update(f"{order} starting {label(trial.knobs)}", self.eta(self.estimate()))
-        ready = self.budget.for_trials() - plan.warmup - MIN_MEASURE - STOP_SECONDS
+        ready = self.budget.for_trials() - self.measuring(MIN_MEASURE) - STOP_SECONDS
         stack, started = ExitStack(), time.monotonic()
         try:
             server = stack.enter_context(
@@ -126,7 +148,7 @@ class Trials:
             return True
         trial.startup_seconds = round(time.monotonic() - started, 1)
         self.startups.append(trial.startup_seconds)
-        seconds = min(plan.seconds, self.budget.for_trials() - plan.warmup - STOP_SECONDS)
+        seconds = self.fitting(self.budget.for_trials() - STOP_SECONDS)
         if seconds < MIN_MEASURE and not defaults:  # it started slower than any before it
             stack.close()
             trial.status = "not run: budget"
@@ -161,7 +183,7 @@ class Trials:
             self.progress.update(f"{order} {label(trial.knobs)}: {_brief(window.summary())}", eta)
             return bool(stopped[0])
 
-        measured = measure(port, plan.workload, seconds, check, plan.warmup)
+        measured = measure(port, plan.workload, seconds, check, plan.warmup, self.slice)
         summary = trial.summary = measured.summary
         trial.generator_cpus = measured.generator_cpus
         trial.p99_noise_ms = p99_noise(measured.window.latencies)
@@ -176,7 +198,7 @@ class Trials:
         if port is None:
             return None
         repeat = Trial(name, trial.knobs, served=trial.served, startup_seconds=trial.startup_seconds)
-        self.progress.update(f"{name}: {label(trial.knobs)} again", self.eta(self.plan.warmup + self.plan.seconds))
+        self.progress.update(f"{name}: {label(trial.knobs)} again", self.eta(self.again_seconds()))
         try:
             self._measure(repeat, port, self.plan.seconds, name, compete=False)
         except OSError as exc:
@@ -185,7 +207,7 @@ class Trials:
 
     def again_seconds(self) -> float:
         """What ``again`` takes: the server is up, so no start-up."""
-        return self.plan.warmup + self.plan.seconds + 1.0
+        return self.measuring(self.plan.seconds) + 1.0
 
     def eta(self, current: float = 0.0) -> float:
         """Seconds to the end: the current trial's ``current``, the queued trials the budget
@@ -260,8 +282,9 @@ def served_config(port: int, model: str) -> dict[str, Any]:
 
 def label(knobs: Knobs) -> str:
     delay = f" {knobs.max_queue_delay_us:g}us" if knobs.max_batch_size > 1 else ""
+    precision = "" if knobs.precision == "fp32" else f" {knobs.precision}>={knobs.accuracy_min_cosine:g}"
     return (f"{knobs.backend} x{knobs.workers}p x{knobs.num_runtimes}r x{knobs.intra_op_threads}t "
-            f"{knobs.dispatch} b{knobs.max_batch_size}{delay}")  # fmt: skip
+            f"{knobs.dispatch} b{knobs.max_batch_size}{delay}{precision}")  # fmt: skip
 
 
 def _brief(summary: Summary) -> str:

@@ -20,7 +20,12 @@ from inferpool.engine.handlers import Handler, TextEmbedding, TokenIds
 from inferpool.engine.requests import Prediction, request_id
 from inferpool.engine.schema import Array, Schema, TensorSpec
 
+MIN_FLOOR_MS = 1
+"""No deadline under 1 ms is met by any model here (decoding a request alone takes tens of µs);
+each model's ``deadline_floor_ms`` is at least this (inferpool.engine.deadline_floor)."""
+
 __all__ = [
+    "MIN_FLOOR_MS",
     "Array",
     "EngineClient",
     "Handler",
@@ -61,6 +66,8 @@ class ModelInfo:
     """Whether a call running alone in the pod uses every core, and the figures it was chosen from."""
     precision_selection: dict[str, Any] | None = None
     """For ``precision = "int8"``: the precision served and the accuracy gate's figures."""
+    deadline_floor_ms: int = 1
+    """The shortest deadline it can meet: its fastest call at start-up, in whole ms (rounded up)."""
 
     @property
     def threads(self) -> int:
@@ -123,6 +130,10 @@ class EngineClient(Protocol):
 
     @property
     def info(self) -> ModelInfo: ...
+
+    deadline_floor_ms: int
+    """A request's deadline below this many ms is invalid (inferpool.engine.deadline_floor): read
+    on every request, so a plain attribute, not a field of ``info`` (which is built on each read)."""
 
     async def infer(self, inputs: object, deadline: float | None = None, request_id: str | None = None) -> Prediction:
         """Run one request: ``inputs`` as decoded (JSON value or named arrays), ``deadline`` an

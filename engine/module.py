@@ -39,6 +39,8 @@ class InferenceModule:
     module: torch.nn.Module
     schema: Schema
     example_inputs: Mapping[str, Array]
+    held_out: tuple[Mapping[str, Array], ...] = ()
+    """The int8 gate's own held-out batches (ModelSpec.held_out)."""
 
     @classmethod
     def from_spec(cls, spec: ModelSpec) -> InferenceModule:
@@ -52,7 +54,8 @@ class InferenceModule:
             outputs = flatten_outputs(module(*examples.values()))
         names = output_names(len(outputs), spec.output_names)
         schema = Schema(inputs, tuple(_spec(n, t, spec.batched) for n, t in zip(names, outputs, strict=True)))
-        return cls(spec.name, module, schema, {n: t.numpy() for n, t in examples.items()})
+        held_out = tuple({n: np.ascontiguousarray(a) for n, a in batch.items()} for batch in spec.held_out)
+        return cls(spec.name, module, schema, {n: t.numpy() for n, t in examples.items()}, held_out)
 
     def examples(self, batch: int) -> dict[str, Array]:
         """The example inputs repeated (or cut) to ``batch`` rows; as they are when some input

@@ -22,6 +22,7 @@ from inferpool.engine.admission import Admission, ServiceTimes, count_samples
 from inferpool.engine.backends.autoselect import resolve_backend
 from inferpool.engine.backends.base import Runtime
 from inferpool.engine.client import ModelInfo, ModelStats
+from inferpool.engine.deadline_floor import floor_ms
 from inferpool.engine.dispatch_choice import decide
 from inferpool.engine.errors import (
     ConfigError,
@@ -78,7 +79,7 @@ class ServedModel:
         """Requests admitted at once (running + queued); more are refused with Overloaded."""
         self.runtimes = RuntimeSet(module.name, backend, compiled, module, options, plan.runtimes, pod)
         self.service_times = ServiceTimes()
-        self._seed_service_times()
+        seed_seconds = self._seed_service_times()
         self.admission = Admission(self.service_times, plan.runtimes, options.max_batch_size)
         self.pipeline = Pipeline(
             coerce=self._coerce,
@@ -96,6 +97,8 @@ class ServedModel:
             # A process forked later builds its own lane (its threads would stay here), in start().
             self.runtimes.wide = lane if start else None
         del lane
+        self.deadline_floor_ms = floor_ms(seed_seconds, self.wide_choice)
+        """The shortest deadline this model can meet (inferpool.engine.deadline_floor): a shorter one is invalid."""
         # Inline until start(): no thread exists yet, so the process can still fork.
         self.executor: Executor = EXECUTORS["inline"](self.pipeline, self._executor_config())
         self.in_flight = 0
@@ -129,6 +132,8 @@ class ServedModel:
             self.runtimes.wide = build_lane(backend, self.module, self.options, choice.threads, choice.min_rows)
             log.info("model %r: a call alone in the pod runs on %d threads (%s)",
                      self.name, choice.threads, choice.reason)  # fmt: skip
+        if forked and self.plan.intra_op_threads > 1:  # the parent timed its calls on one thread
+            self.deadline_floor_ms = min(self.deadline_floor_ms, floor_ms(self._example_call_seconds(repeats=3)))
         self.executor = EXECUTORS[self.dispatch_mode](self.pipeline, self._executor_config())
         self.accepting = True
 
@@ -188,23 +193,28 @@ class ServedModel:
             call_seconds=self.service_times.predict,
         )
 
-    def _seed_service_times(self) -> None:
+    def _seed_service_times(self) -> list[float]:
         """Time warm calls at batch 1 and at a full batch (max_batch_size, at least 8), so that
-        admission control has the fixed and the per-sample cost before the first request."""
-        self.time_example_call(repeats=3)
+        admission control has the fixed and the per-sample cost before the first request; the
+        batch-1 calls' seconds come back (the deadline floor is their fastest)."""
+        seconds = self._example_call_seconds(repeats=3)
         if all(spec.batched for spec in self.schema.inputs):
             full = self.module.examples(max(8, self.options.max_batch_size))
             for _ in range(2):
                 self._call(full)
+        return seconds
 
     def time_example_call(self, repeats: int = 5) -> float:
         """Median seconds of a warm call on the example inputs."""
+        return statistics.median(self._example_call_seconds(repeats))
+
+    def _example_call_seconds(self, repeats: int) -> list[float]:
         times = []
         for _ in range(repeats):
             started = time.perf_counter()
             self._call(self.module.example_inputs)
             times.append(time.perf_counter() - started)
-        return statistics.median(times)
+        return times
 
     @classmethod
     def load(
@@ -350,6 +360,7 @@ class ServedModel:
             dispatch_selection=self.dispatch_selection,
             wide_selection=self.wide_choice.report(),
             precision_selection=self._precision_selection(),
+            deadline_floor_ms=self.deadline_floor_ms,
         )
 
     def _precision_selection(self) -> dict[str, Any] | None:

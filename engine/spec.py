@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 
@@ -16,6 +17,10 @@ class ModelSpec:
     every input and output is the dynamic batch dimension unless ``batched`` is False.
     ``dynamic_dims`` names further dimensions of an input that vary between requests (e.g. a
     sequence length): ``{"input_ids": (1,)}``; the schema marks them ``None``.
+    ``held_out`` is the model's own held-out inputs for the int8 accuracy gate (batches of
+    arrays named as its inputs; MiniLM: one per text, as a request sends it), used when
+    ``runtime.accuracy_inputs`` names no file; without them the gate takes the example inputs
+    and seeded random variations of them.
     """
 
     module: torch.nn.Module
@@ -24,3 +29,4 @@ class ModelSpec:
     name: str = "model"
     batched: bool = True
     dynamic_dims: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    held_out: Sequence[Mapping[str, np.ndarray]] = ()

@@ -15,7 +15,9 @@ import orjson
 from fastapi import Response
 from starlette.types import Receive
 
+from inferpool.engine.errors import InvalidInput
 from inferpool.service.apierror import ApiError
+from inferpool.service.json_booleans import may_hold_boolean, mixes_booleans
 
 _DUMP_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
 
@@ -119,7 +121,22 @@ def decode_inputs(body: bytes | bytearray) -> object:
         raise ApiError(400, f"request body is not valid JSON: {exc}", "invalid_json") from None
     if not isinstance(payload, dict) or "inputs" not in payload:
         raise ApiError(400, 'request body must be a JSON object with an "inputs" field', "invalid_json")
-    return payload["inputs"]
+    inputs = payload["inputs"]
+    if may_hold_boolean(body):  # service/json_booleans.py says why, and why only then
+        _refuse_mixed_booleans(inputs)
+    return inputs
+
+
+def _refuse_mixed_booleans(inputs: object) -> None:
+    named = inputs.items() if isinstance(inputs, dict) else [(None, inputs)]
+    for name, value in named:
+        if mixes_booleans(value):
+            field = "'inputs'" if name is None else f"input '{name}'"
+            raise InvalidInput(
+                f"{field} mixes true/false with numbers; a tensor holds one kind: send numbers (0 and 1) or "
+                "booleans only",
+                input_name=name,
+            )
 
 
 def encode_json(content: Any) -> bytes:

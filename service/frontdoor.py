@@ -146,10 +146,10 @@ class FrontDoor:
         """Run the request and encode its answer: ``timeout`` is the X-Request-Timeout-Ms header,
         ``timeout_ms`` the v2 parameter, ``remaining`` a gRPC caller's own deadline (seconds);
         ``received``/``parsed`` when the body began to arrive and when it was decoded."""
-        when = deadline(timeout, self.timeout_ms, timeout_ms)
+        model = served.model
+        when = deadline(timeout, self.timeout_ms, timeout_ms, floor_ms=model.deadline_floor_ms)
         if remaining is not None:
             when = min(when or float("inf"), time.monotonic() + remaining)
-        model = served.model
         prediction = await model.infer(inputs, when, rid)
         encoding = time.perf_counter()
         body = encode(served, prediction.outputs, decoded)

@@ -7,6 +7,7 @@ token limits), so that what the spec accepts the server accepts (the fuzz test h
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from inferpool.engine.client import TextEmbedding
@@ -141,17 +142,18 @@ def embedders(models: list[Served]) -> list[tuple[Served, TextEmbedding]]:
     return [(m, declared) for m, declared in found if declared is not None]
 
 
-def describe(spec: dict[str, Any], models: list[Served], timeout: dict[str, Any]) -> None:
+def describe(spec: dict[str, Any], models: list[Served], timeout: Callable[[int], dict[str, Any]]) -> None:
     """The /v1 routes' parameters and body narrowed to the served text-embedding models. With
     several, each limit is the largest of theirs (one body schema serves them all); the route
-    holds each model to its own. ``timeout`` is the deadline header's parameter."""
+    holds each model to its own. ``timeout`` makes the deadline header's parameter for a floor."""
     paths: dict[str, Any] = spec["paths"]
     for operation in (op for path, ops in paths.items() if path.startswith("/v1/") for op in ops.values()):
         operation["responses"].pop("422", None)  # nothing here is validated by FastAPI
     embeddings = paths.get("/v1/embeddings", {}).get("post")
-    if embeddings is not None:
-        embeddings["parameters"] = [*embeddings.get("parameters", []), timeout]
     served = embedders(models)
+    if embeddings is not None:
+        floor = max(m.deadline_floor_ms for m in ([m for m, _ in served] or models))
+        embeddings["parameters"] = [*embeddings.get("parameters", []), timeout(floor)]
     if not served:
         return  # the API's general body: every model name is a 404
     names = [m.name for m, _ in served]

@@ -35,7 +35,7 @@ from inferpool.service.openapi_schemas import (
     v2_example,
     zeros,
 )
-from inferpool.service.timing import MIN_TIMEOUT_MS, TIMEOUT_PATTERN
+from inferpool.service.timing import MIN_TIMEOUT_MS, TIMEOUT_PATTERN, at_least_pattern
 from inferpool.service.v2codec import VERSION
 
 if TYPE_CHECKING:  # the host loads models (torch); a front end only asks it for them
@@ -120,6 +120,7 @@ _ANSWERS: dict[str, dict[str, Any]] = {
             "max_batch_size": {"type": "integer"},
             "runtimes": {"type": "integer"},
             "capacity": {"type": "integer"},
+            "deadline_floor_ms": {"type": "integer", "minimum": MIN_TIMEOUT_MS},
         },
     },
 }
@@ -133,17 +134,26 @@ REQUEST_ID: dict[str, Any] = {
     f"absent, longer than {MAX_REQUEST_ID} characters or not printable.",
     "schema": {"type": "string"},
 }
-TIMEOUT: dict[str, Any] = {
-    "name": "X-Request-Timeout-Ms",
-    "in": "header",
-    "required": False,
-    "description": f"This request's deadline: an unsigned integer of milliseconds, {MIN_TIMEOUT_MS} or more, "
-    "without leading zeros (default: request_timeout_ms); anything else (0, 0.5, 1e3, +5) is a 400. Past it the "
-    "answer is a 504; a request the queue ahead would make late is refused at once with a 503.",
-    # A string with a pattern, not an integer: a header is text, and a validator reading "250"
-    # against an integer schema calls it invalid (schemathesis does).
-    "schema": {"type": "string", "pattern": TIMEOUT_PATTERN},
-}
+
+
+def timeout_parameter(floor_ms: int = MIN_TIMEOUT_MS) -> dict[str, Any]:
+    """The deadline header, for a model whose fastest call at start-up took ``floor_ms`` (a
+    shorter deadline is a 400: inferpool.engine.deadline_floor)."""
+    return {
+        "name": "X-Request-Timeout-Ms",
+        "in": "header",
+        "required": False,
+        "description": f"This request's deadline: an unsigned integer of milliseconds, {floor_ms} or more (the "
+        "model's fastest call measured at start-up, rounded up: `deadline_floor_ms` at /v2/models/{name}/config), "
+        "without leading zeros (default: request_timeout_ms); anything else (0, 0.5, 1e3, +5, or under the floor) "
+        "is a 400. Past it the answer is a 504; a request the queue ahead would make late is refused at once with "
+        "a 503.",
+        # A string with a pattern, not an integer: a header is text, and a validator reading "250"
+        # against an integer schema calls it invalid (schemathesis does).
+        "schema": {"type": "string", "pattern": TIMEOUT_PATTERN if floor_ms <= 1 else at_least_pattern(floor_ms)},
+    }
+
+
 # Not a declared parameter: its valid values depend on the body (the JSON's byte length), which
 # JSON Schema cannot relate to a header, so a fuzzer would send lengths the spec calls valid and
 # the server must refuse. The operation's description says it instead.
@@ -172,7 +182,7 @@ def served_models(app: FastAPI) -> list[Served]:
     """The loaded models, the default first, each with its own max_request_samples."""
     host: ModelHost = app.state.host
     return [
-        Served(model.name, model.schema, model.info.handler, plan.options.max_request_samples)
+        Served(model.name, model.schema, model.info.handler, plan.options.max_request_samples, model.deadline_floor_ms)
         for model, plan in host.served()
     ]
 
@@ -193,7 +203,7 @@ def model_aware_openapi(
         if current_schema() is not None:
             served = served_models(app)
             _describe_models(spec, served)
-            openai_spec.describe(spec, served, TIMEOUT)
+            openai_spec.describe(spec, served, timeout_parameter)
             app.openapi_schema = spec
         _describe_answers(spec)
         _declare_headers(spec)
@@ -268,13 +278,13 @@ def _predict_operation(operation: dict[str, Any], model: Served) -> None:
     operation["requestBody"] = {"required": True, "content": {"application/json": body}}
     operation["responses"]["200"]["content"] = {"application/json": {"schema": shapes["response"]}}
     operation["responses"].pop("422", None)  # the raw route never validates with FastAPI
-    operation["parameters"] = [*operation.get("parameters", []), TIMEOUT]
+    operation["parameters"] = [*operation.get("parameters", []), timeout_parameter(model.deadline_floor_ms)]
 
 
 def _infer_operation(operation: dict[str, Any], model: Served, versioned: bool) -> None:
     # The raw infer route reads the version from the path only: no query parameter.
     operation["parameters"] = [p for p in operation["parameters"] if versioned or p["name"] != "version"]
-    operation["parameters"] += [TIMEOUT]
+    operation["parameters"] += [timeout_parameter(model.deadline_floor_ms)]
     operation["description"] = HEADER_LENGTH
     operation["requestBody"] = {
         "required": True,

@@ -31,6 +31,8 @@ class Served:
     schema: Schema
     handler: Handler | None
     max_samples: int
+    deadline_floor_ms: int = 1
+    """Its shortest deadline (EngineClient.deadline_floor_ms)."""
 
 
 def _batch_of(spec: TensorSpec, max_samples: int, output: bool = False) -> dict[str, Any]:
@@ -119,6 +121,7 @@ def describe_v2_infer(served: Served) -> dict[str, Any]:
     A tensor's ``data`` is flat or nested as its shape (the server takes either); the batch
     size ``b`` in ``shape`` must match the data's length, so each b has its own alternative."""
     tensors = metadata(served.name, served.schema, VERSION, served.handler)["inputs"]
+    floor_us = max(MIN_TIMEOUT_US, served.deadline_floor_ms * 1000)
     base = []
     for tensor in tensors:
         value = _v2_value(tensor["datatype"])
@@ -173,9 +176,10 @@ def describe_v2_infer(served: Served) -> dict[str, Any]:
                 "properties": {
                     "timeout": {
                         "type": "integer",
-                        "minimum": MIN_TIMEOUT_US,
+                        "minimum": floor_us,
                         "maximum": _JSON_INT_MAX,
-                        "description": f"Deadline in µs, {MIN_TIMEOUT_US} (1 ms) or more: a shorter one is a 400.",
+                        "description": f"Deadline in µs, {floor_us} or more (the model's fastest call at start-up, "
+                        "in whole ms: deadline_floor_ms at /v2/models/{name}/config); a shorter one is a 400.",
                     },
                     "binary_data_output": {"type": "boolean", "description": "All outputs as binary data."},
                 },

@@ -21,6 +21,7 @@ import numpy as np
 import orjson
 
 from inferpool.engine.client import Array, Handler, Schema
+from inferpool.service.json_booleans import may_hold_boolean, mixes_booleans
 from inferpool.service.v2types import (
     DATATYPES,
     LITTLE,
@@ -84,8 +85,9 @@ def parse_request(
         raise bad('inference request must be a JSON object with an "inputs" list')
     parameters = _object(header.get("parameters", {}), "parameters")
     offset, inputs = json_end, {}
+    booleans = may_hold_boolean(body, json_end)  # service/json_booleans.py says why
     for tensor in header["inputs"]:
-        name, array, offset = _input(_object(tensor, "each input"), body, offset, expected or {})
+        name, array, offset = _input(_object(tensor, "each input"), body, offset, expected or {}, booleans)
         if name in inputs:
             raise bad(f"input '{name}' is given twice; send each input once")
         inputs[name] = array
@@ -167,7 +169,7 @@ def _kind(value: object) -> str:
 
 
 def _input(
-    tensor: Mapping[str, Any], body: bytearray, offset: int, expected: Mapping[str, TensorMeta]
+    tensor: Mapping[str, Any], body: bytearray, offset: int, expected: Mapping[str, TensorMeta], booleans: bool
 ) -> tuple[str, Array, int]:
     name, datatype, shape = tensor.get("name"), tensor.get("datatype"), tensor.get("shape")
     if not isinstance(name, str):
@@ -199,15 +201,16 @@ def _input(
         return name, array.reshape(shape), offset + size
     if "data" not in tensor:
         raise bad(f"input '{name}' has neither 'data' nor a binary_data_size parameter")
-    array = _json_data(name, tensor["data"], datatype)
+    array = _json_data(name, tensor["data"], datatype, booleans)
     if array.size != numel:
         raise bad(f"input '{name}': shape {shape} needs {numel} values, data has {array.size}")
     return name, array.reshape(shape), offset
 
 
-def _json_data(name: str, data: object, datatype: str) -> Array:
+def _json_data(name: str, data: object, datatype: str, booleans: bool = True) -> Array:
     """JSON ``data`` (flat or nested) as a ``datatype`` array, refusing values of another
-    JSON type (true for FP32, 1.5 for INT64, null, strings) instead of casting them."""
+    JSON type (true for FP32, 1.5 for INT64, null, strings) instead of casting them;
+    ``booleans``: the request may hold a true or false (only then are numbers checked for one)."""
     dtype = LITTLE[datatype]
     try:
         array = np.asarray(data)  # its inferred kind says what JSON types the leaves were
@@ -215,6 +218,8 @@ def _json_data(name: str, data: object, datatype: str) -> Array:
         raise bad(f"input '{name}': data is not a rectangular list of {datatype} values ({exc})") from None
     if array.size and array.dtype.kind not in _JSON_KINDS[dtype.kind]:
         raise bad(f"input '{name}': {datatype} data must be JSON {_JSON_NAMES[dtype.kind]}; got {_leaves(array)}")
+    if booleans and dtype.kind != "b" and array.dtype.kind in "fiu" and mixes_booleans(data):
+        raise bad(f"input '{name}': {datatype} data must be JSON {_JSON_NAMES[dtype.kind]}; got true/false among them")
     if array.size and dtype.kind in "iu":
         info = np.iinfo(dtype)
         if array.min() < info.min or array.max() > info.max:

@@ -8,7 +8,9 @@ DynamicQuantizeLinear). Static QDQ / NNCF quantization with calibration is not b
 
 The gate: the quantized model's outputs against the fp32 model's (which passed the parity check
 against eager) on held-out inputs: ``accuracy_inputs`` (an ``.npz`` of arrays named as the
-model's inputs), else the example inputs and seeded random variations of their float inputs.
+model's inputs), else the model's own (``ModelSpec.held_out``: MiniLM's 220 varied texts, one
+call each as requests send them, since dynamic int8 scales each call's activations by that
+call's range), else the example inputs and seeded random variations of their float inputs.
 Every float output item (a row of a batched output) must have cosine >= ``accuracy_min_cosine``
 to its fp32 counterpart, and integer outputs (labels) must agree on >= ``accuracy_min_agreement``
 of the items. A model that fails is served in fp32 with a warning naming the measured figure:
@@ -160,6 +162,8 @@ def gate_inputs(module: InferenceModule, options: RuntimeOptions) -> tuple[list[
                 f"accuracy_inputs {options.accuracy_inputs!r} is not an .npz of arrays named {names}: {exc}"
             ) from exc
         return [batch], options.accuracy_inputs
+    if module.held_out:
+        return [dict(batch) for batch in module.held_out], f"the model's {len(module.held_out)} held-out inputs"
     batched = all(spec.batched for spec in module.schema.inputs)
     examples = module.examples(GATE_BATCH) if batched else dict(module.example_inputs)
     batches = [dict(module.example_inputs), *(random_inputs(examples, seed) for seed in range(GATE_SEEDS))]

@@ -81,6 +81,7 @@ async def model_config(request: Request, name: str, version: str | None = None) 
             "dispatch_selection": info.dispatch_selection,
             "wide_selection": info.wide_selection,
             "precision_selection": info.precision_selection,
+            "deadline_floor_ms": info.deadline_floor_ms,
         }
     )
 

@@ -35,3 +35,23 @@ class Sleepy(torch.nn.Module):
 def slow_calls() -> ModelSpec:
     spec = build_digits()
     return ModelSpec(Sleepy(), spec.example_inputs, spec.output_names, name="digits")
+
+
+class Late(torch.nn.Module):
+    """The digits CNN, 20 ms slower on an image whose first pixel is positive: its start-up
+    calls (on zeros) are fast, so its deadline floor is 1 ms, and a request can ask for a
+    deadline at or above the floor that it then misses (a 504, not a 400)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.digits = build_digits().module
+
+    def forward(self, image: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if bool(image.flatten()[0] > 0):
+            time.sleep(CALL_SECONDS)
+        return self.digits(image)
+
+
+def late_calls() -> ModelSpec:
+    spec = build_digits()
+    return ModelSpec(Late(), spec.example_inputs, spec.output_names, name="digits")

@@ -19,30 +19,57 @@ from tests.support.slow_model import CALL_SECONDS
 SAMPLE = np.zeros((1, 8, 8)).tolist()
 
 
-@pytest.fixture(scope="module")
-def slow(tmp_path_factory):
-    """A 20 ms model on one runtime: a queue builds up after one request."""
+def _one_runtime(tmp_path_factory, factory: str):  # type: ignore[no-untyped-def]
     # eager: an exported graph would not keep the model's time.sleep
     args = (
         "--model",
-        "tests.support.slow_model:slow_calls",
+        f"tests.support.slow_model:{factory}",
         "--runtime.backend",
         "eager",
         "--runtime.num-runtimes",
         "1",
     )
-    with run_server(tmp_path_factory.mktemp("slow"), *args) as server:
+    with run_server(tmp_path_factory.mktemp(factory), *args) as server:
         wait_ready(server)
         yield server
 
 
-def test_a_request_past_its_deadline_gets_504_and_the_server_keeps_serving(slow):
-    with httpx2.Client(base_url=slow.url) as http:
-        late = http.post("/predict", json={"inputs": SAMPLE}, headers={"X-Request-Timeout-Ms": "5"})
-        assert late.status_code == 504
-        assert "deadline" in late.json()["error"]
+@pytest.fixture(scope="module")
+def slow(tmp_path_factory):
+    """A 20 ms model on one runtime: a queue builds up after one request."""
+    yield from _one_runtime(tmp_path_factory, "slow_calls")
+
+
+@pytest.fixture(scope="module")
+def late(tmp_path_factory):
+    """Fast on its start-up calls (floor 1 ms), 20 ms on an image whose first pixel is positive."""
+    yield from _one_runtime(tmp_path_factory, "late_calls")
+
+
+LATE_SAMPLE = np.pad(np.ones((1, 1, 1)), ((0, 0), (0, 7), (0, 7))).tolist()  # first pixel 1: a 20 ms call
+
+
+def test_a_request_past_its_deadline_gets_504_and_the_server_keeps_serving(late):
+    with httpx2.Client(base_url=late.url) as http:
+        assert http.get("/v2/models/digits/config").json()["deadline_floor_ms"] == 1
+        missed = http.post("/predict", json={"inputs": LATE_SAMPLE}, headers={"X-Request-Timeout-Ms": "5"})
+        assert missed.status_code == 504
+        assert "deadline" in missed.json()["error"]
         assert http.post("/predict", json={"inputs": SAMPLE}).status_code == 200
         assert metric_total(http.get("/metrics").text, "inferpool_rejections_total", reason="deadline") >= 1
+
+
+def test_a_deadline_under_the_model_floor_is_a_400_before_admission(slow):
+    """The slow model's calls at start-up took 20 ms or more: 5 ms can never be met."""
+    with httpx2.Client(base_url=slow.url) as http:
+        floor = http.get("/v2/models/digits/config").json()["deadline_floor_ms"]
+        assert floor >= CALL_SECONDS * 1e3
+        short = http.post("/predict", json={"inputs": SAMPLE}, headers={"X-Request-Timeout-Ms": "5"})
+        assert short.status_code == 400
+        assert short.json()["error"] == (
+            f"X-Request-Timeout-Ms 5 is below this model's fastest measured call ({floor} ms); "
+            f"send at least {floor} or omit it"
+        )
 
 
 @pytest.mark.parametrize("value", ["soon", "-5", "0", "inf", "0.5", "5e-324", "1e3"])
@@ -89,8 +116,18 @@ def test_v2_timeout_parameter_in_microseconds(slow):
     tensor = triton.InferInput("image", [1, 1, 8, 8], "FP32")
     tensor.set_data_from_numpy(np.zeros((1, 1, 8, 8), dtype=np.float32))
     assert client.infer("digits", [tensor], timeout=5_000_000).as_numpy("label").shape == (1,)
+    with pytest.raises(InferenceServerException, match="fastest measured call") as info:
+        client.infer("digits", [tensor], timeout=2_000)  # 2 ms < one 20 ms call: never met
+    assert info.value.status() == "400"
+    client.close()
+
+
+def test_v2_timeout_parameter_missed_is_a_504(late):
+    client = triton.InferenceServerClient(late.url.removeprefix("http://"))
+    tensor = triton.InferInput("image", [1, 1, 8, 8], "FP32")
+    tensor.set_data_from_numpy(np.array(LATE_SAMPLE, dtype=np.float32).reshape(1, 1, 8, 8))
     with pytest.raises(InferenceServerException, match="deadline") as info:
-        client.infer("digits", [tensor], timeout=2_000)  # 2 ms < one 20 ms call
+        client.infer("digits", [tensor], timeout=2_000)  # over the 1 ms floor, under this 20 ms call
     assert info.value.status() == "504"
     client.close()
 
