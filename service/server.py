@@ -54,15 +54,11 @@ class DrainingServer(uvicorn.Server):
             return
         await super().startup([])  # the lifespan and uvicorn's state, but no accepting of its own
         config = self.config
-
-        def protocol() -> asyncio.Protocol:
-            return config.http_protocol_class(  # type: ignore[call-arg]
-                config=config, server_state=self.server_state, app_state=self.lifespan.state
-            )
-
+        protocol: type[asyncio.Protocol] = config.http_protocol_class
+        arguments = {"config": config, "server_state": self.server_state, "app_state": self.lifespan.state}
         for listener in sockets:
             listener.setblocking(False)
-            acceptor = SpreadAcceptor(listener, protocol, self.counts, self.host.slot, self.host.board)
+            acceptor = SpreadAcceptor(listener, protocol, arguments, self.counts, self.host.slot, self.host.board)
             self.servers.append(acceptor)  # type: ignore[arg-type]  # uvicorn only closes and awaits them
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:

@@ -12,6 +12,13 @@ states do); otherwise it leaves the queue to the others, looks again every ``POL
 after ``DEFER_SECONDS`` takes what is still queued itself, so a busy or stuck peer can delay a
 connection by that much at most.
 
+Accepting evenly cannot see the future: a connection that closes right after the others arrive (a
+client's probe, a health check) leaves its process with fewer. So a process holding more than one
+connection over another's sheds one: its next answer says ``Connection: close`` (as a retiring
+process's do, inferpool.service.retire), the client reconnects, and the accept rule places the new
+connection on the process with fewer. One shed at a time, and only on HTTP/1.1 keep-alive
+connections, whose clients reconnect by the protocol's rules.
+
 Counts are whole aligned words, each written by one process only and read without a lock: a
 reader may see a count a moment late, which costs one connection placed a little unevenly.
 """
@@ -24,13 +31,13 @@ import mmap
 import select
 import socket
 import struct
-from collections.abc import Callable
+from typing import Any
 
 from inferpool.service.board import READY, ProcessBoard
 
 log = logging.getLogger(__name__)
 _SLOT = struct.Struct("q")
-DEFER_SECONDS = 0.02
+DEFER_SECONDS = 0.05
 """How long a process with more connections than another leaves a queued one to the others."""
 POLL_SECONDS = 0.001
 """How often a deferring process looks again (the others may have caught up meanwhile)."""
@@ -65,20 +72,23 @@ class ConnectionCounts:
 
 
 class SpreadAcceptor:
-    """Accepts from ``listener`` onto ``protocol_factory`` on the running loop, one connection at a
-    time and only while this process holds no more than any other; ``close()`` stops it (what
-    uvicorn's shutdown and the drain call on each of its servers)."""
+    """Accepts from ``listener`` on the running loop, one connection at a time and only while this
+    process holds no more than any other, serving each with ``protocol(**arguments)``; sheds one when
+    it holds two more than another. ``close()`` stops it (what uvicorn's shutdown and the drain call
+    on each of its servers)."""
 
     def __init__(
-        self, listener: socket.socket, protocol_factory: Callable[[], asyncio.Protocol], counts: ConnectionCounts,
-        slot: int, board: ProcessBoard | None,
+        self, listener: socket.socket, protocol: type[asyncio.Protocol], arguments: dict[str, Any],
+        counts: ConnectionCounts, slot: int, board: ProcessBoard | None,
     ) -> None:  # fmt: skip
         self.listener = listener
-        self.factory = protocol_factory
         self.counts, self.slot, self.board = counts, slot, board
         self.open = 0
-        self.accepted = self.deferred = 0
-        """Connections taken, and wake-ups left to the other processes (for tests and logs)."""
+        self.accepted = self.deferred = self.shed = 0
+        """Connections taken, wake-ups left to the other processes, connections shed (tests, logs)."""
+        self._shedding: asyncio.Protocol | None = None
+        self._protocol = self._counted(protocol)
+        self._arguments = arguments
         self._loop = asyncio.get_running_loop()
         self._deferring_since: float | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -115,30 +125,56 @@ class SpreadAcceptor:
         self._publish()
         self._loop.create_task(self._connect(sock))
 
+    def _counted(self, base: type[asyncio.Protocol]) -> type[asyncio.Protocol]:
+        """``base`` telling this acceptor when its connection ends, and (httptools' protocol) when a
+        request's head is in: the moment to decide whether its answer closes the connection. A
+        subclass, not a patched instance: the HTTP parser binds its callbacks at construction."""
+        acceptor = self
+
+        class Counted(base):  # type: ignore[valid-type, misc]
+            def connection_lost(self, exc: Exception | None) -> None:
+                acceptor._lost(self)
+                super().connection_lost(exc)
+
+            def on_headers_complete(self) -> None:
+                super().on_headers_complete()
+                acceptor._consider_shedding(self)
+
+        if not hasattr(base, "on_headers_complete"):
+            del Counted.on_headers_complete
+        return Counted
+
     async def _connect(self, sock: socket.socket) -> None:
-        protocol: asyncio.Protocol | None = None
+        made = False
 
-        def counted() -> asyncio.Protocol:
-            nonlocal protocol
-            protocol = self.factory()
-            lost = protocol.connection_lost
-
-            def connection_lost(exc: Exception | None) -> None:
-                self._lost()
-                lost(exc)
-
-            protocol.connection_lost = connection_lost  # type: ignore[method-assign]
-            return protocol
+        def protocol() -> asyncio.Protocol:
+            nonlocal made
+            made = True
+            return self._protocol(**self._arguments)
 
         try:
-            await self._loop.connect_accepted_socket(counted, sock)
+            await self._loop.connect_accepted_socket(protocol, sock)
         except Exception:
             log.exception("could not serve an accepted connection")
-            if protocol is None:  # connection_lost will never come
-                self._lost()
+            if not made:  # connection_lost will never come
+                self._lost(None)
             sock.close()
 
-    def _lost(self) -> None:
+    def _consider_shedding(self, protocol: asyncio.Protocol) -> None:
+        if self._shedding is not None or self._closed.is_set():
+            return
+        cycle = getattr(protocol, "cycle", None)
+        if cycle is None or not cycle.keep_alive:
+            return
+        fewest = self.counts.fewest_elsewhere(self.slot, self.board)
+        if fewest is not None and self.open > fewest + 1:
+            cycle.keep_alive = False  # the answer says Connection: close, and the connection ends after it
+            self._shedding = protocol
+            self.shed += 1
+
+    def _lost(self, protocol: asyncio.Protocol | None) -> None:
+        if protocol is not None and protocol is self._shedding:
+            self._shedding = None
         self.open -= 1
         self._publish()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from types import SimpleNamespace
 
 from inferpool.service.board import DOWN, READY, ProcessBoard
 from inferpool.service.spread import CLOSED, ConnectionCounts, SpreadAcceptor
@@ -13,6 +14,20 @@ from inferpool.service.spread import CLOSED, ConnectionCounts, SpreadAcceptor
 class _Kept(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
+
+
+class _Http(_Kept):
+    """Each chunk received is a request head: a cycle whose keep_alive the acceptor may turn off."""
+
+    cycles: list[SimpleNamespace]
+
+    def data_received(self, data: bytes) -> None:
+        self.cycle = SimpleNamespace(keep_alive=True)
+        type(self).cycles.append(self.cycle)
+        self.on_headers_complete()
+
+    def on_headers_complete(self) -> None:
+        pass
 
 
 def _listener() -> socket.socket:
@@ -47,7 +62,7 @@ def test_takes_connections_while_it_holds_no_more_than_the_others_and_counts_the
     async def scenario() -> None:
         listener, counts = _listener(), ConnectionCounts(2)
         counts.set(1, 1)  # the other process holds one connection
-        acceptor = SpreadAcceptor(listener, _Kept, counts, slot=0, board=None)
+        acceptor = SpreadAcceptor(listener, _Kept, {}, counts, slot=0, board=None)
         address = listener.getsockname()
         first = socket.create_connection(address)
         await _until(lambda: acceptor.accepted == 1)
@@ -69,7 +84,7 @@ def test_takes_connections_while_it_holds_no_more_than_the_others_and_counts_the
 def test_leaves_a_connection_to_a_process_with_fewer_then_takes_it_if_nobody_does():
     async def scenario() -> None:
         listener, counts = _listener(), ConnectionCounts(2)
-        acceptor = SpreadAcceptor(listener, _Kept, counts, slot=0, board=None)
+        acceptor = SpreadAcceptor(listener, _Kept, {}, counts, slot=0, board=None)
         address = listener.getsockname()
         clients = [socket.create_connection(address)]
         await _until(lambda: acceptor.accepted == 1)
@@ -85,6 +100,37 @@ def test_leaves_a_connection_to_a_process_with_fewer_then_takes_it_if_nobody_doe
         clients.append(socket.create_connection(address))
         await asyncio.sleep(0.05)
         assert acceptor.accepted == 3  # closed: nothing more is taken
+        for client in clients:
+            client.close()
+        listener.close()
+
+    asyncio.run(scenario())
+
+
+def test_sheds_one_connection_at_a_time_when_it_holds_two_more_than_another_process():
+    async def scenario() -> None:
+        listener, counts = _listener(), ConnectionCounts(2)
+        _Http.cycles = []
+        acceptor = SpreadAcceptor(listener, _Http, {}, counts, slot=0, board=None)
+        address = listener.getsockname()
+        clients = [socket.create_connection(address) for _ in range(3)]
+        await _until(lambda: acceptor.accepted == 3)  # the other process holds 0 and never takes any
+        counts.set(1, 1)
+        for client in clients:
+            client.sendall(b"GET / HTTP/1.1\r\n\r\n")
+        await _until(lambda: len(_Http.cycles) == 3)
+        # 3 against 1: one answer closes its connection; the next waits for that one to end.
+        assert [cycle.keep_alive for cycle in _Http.cycles].count(False) == 1
+        assert acceptor.shed == 1
+        counts.set(1, 2)  # 3 against 2: even enough, nothing more is shed
+        shed = next(i for i, cycle in enumerate(_Http.cycles) if not cycle.keep_alive)
+        clients.pop(shed).close()
+        await _until(lambda: acceptor.open == 2)
+        for client in clients:
+            client.sendall(b"GET / HTTP/1.1\r\n\r\n")
+        await _until(lambda: len(_Http.cycles) == 5)
+        assert all(cycle.keep_alive for cycle in _Http.cycles[3:])
+        acceptor.close()
         for client in clients:
             client.close()
         listener.close()
