@@ -21,6 +21,7 @@ import torch
 from inferpool.engine.admission import Admission, ServiceTimes, count_samples
 from inferpool.engine.backends.autoselect import resolve_backend
 from inferpool.engine.backends.base import Runtime
+from inferpool.engine.batch_choice import BatchChoice
 from inferpool.engine.client import ModelInfo, ModelStats
 from inferpool.engine.dispatch_choice import decide
 from inferpool.engine.errors import (
@@ -78,7 +79,8 @@ class ServedModel:
         """Requests admitted at once (running + queued); more are refused with Overloaded."""
         self.runtimes = RuntimeSet(module.name, backend, compiled, module, options, plan.runtimes, pod)
         self.service_times = ServiceTimes()
-        self._seed_service_times()
+        self.batch_choice = self._seed_service_times()
+        """For a batched model: whether a request waits for company (inferpool.engine.batch_choice)."""
         self.admission = Admission(self.service_times, plan.runtimes, options.max_batch_size)
         self.pipeline = Pipeline(
             coerce=self._coerce,
@@ -162,7 +164,11 @@ class ServedModel:
                     f"model {self.name!r} has inputs or outputs without a batch dimension, so requests cannot be "
                     "batched together: set max_batch_size=1"
                 )
-            return "batch", None
+            batching = self.batch_choice
+            if batching is None:
+                return "batch", None
+            (log.info if batching.waits else log.warning)("model %r: %s", self.name, batching.reason)
+            return "batch", batching.report()
         if options.dispatch != "auto":
             return options.dispatch, None
         # Timed on a runtime directly: these calls must not teach admission control anything.
@@ -183,19 +189,30 @@ class ServedModel:
             threads=self.plan.runtimes,
             initializer=init,
             max_batch_size=options.max_batch_size,
-            max_delay=options.max_queue_delay_us * 1e-6,
+            # A model that cannot gain from batching joins only what is queued (batch_choice).
+            max_delay=0.0 if self.batch_choice and not self.batch_choice.waits else options.max_queue_delay_us * 1e-6,
             preferred=options.preferred_batch_sizes,
             call_seconds=self.service_times.predict,
         )
 
-    def _seed_service_times(self) -> None:
+    def _seed_service_times(self) -> BatchChoice | None:
         """Time warm calls at batch 1 and at a full batch (max_batch_size, at least 8), so that
-        admission control has the fixed and the per-sample cost before the first request."""
-        self.time_example_call(repeats=3)
-        if all(spec.batched for spec in self.schema.inputs):
-            full = self.module.examples(max(8, self.options.max_batch_size))
-            for _ in range(2):
-                self._call(full)
+        admission control has the fixed and the per-sample cost before the first request; the
+        same figures say whether batching can win (for a batched model, else None)."""
+        one = self.time_example_call(repeats=3)
+        if not all(spec.batched for spec in self.schema.inputs):
+            return None
+        rows = max(8, self.options.max_batch_size)
+        full = self.module.examples(rows)
+        self._call(full)  # warm: a new batch size's first call allocates
+        times = []
+        for _ in range(2):
+            started = time.perf_counter()
+            self._call(full)
+            times.append(time.perf_counter() - started)
+        if self.options.max_batch_size <= 1:
+            return None
+        return BatchChoice(rows, one * 1e3, min(times) * 1e3)
 
     def time_example_call(self, repeats: int = 5) -> float:
         """Median seconds of a warm call on the example inputs."""
