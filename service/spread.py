@@ -179,7 +179,10 @@ class SpreadAcceptor:
         self._publish()
 
     def _publish(self) -> None:
-        self.counts.set(self.slot, CLOSED if self._closed.is_set() else self.open)
+        # Once closed, the slot is written no more: a retiring process's replacement serves in the
+        # same slot, and its counts are the ones the others must see.
+        if not self._closed.is_set():
+            self.counts.set(self.slot, self.open)
 
     def _pause(self, seconds: float) -> None:
         self._loop.remove_reader(self.listener.fileno())
@@ -196,8 +199,9 @@ class SpreadAcceptor:
     def close(self) -> None:
         if self._closed.is_set():
             return
+        if self.counts.get(self.slot) == self.open:  # not yet overwritten by a replacement in this slot
+            self.counts.set(self.slot, CLOSED)
         self._closed.set()
-        self._publish()
         if self._timer is not None:
             self._timer.cancel()
         self._loop.remove_reader(self.listener.fileno())

@@ -136,3 +136,20 @@ def test_sheds_one_connection_at_a_time_when_it_holds_two_more_than_another_proc
         listener.close()
 
     asyncio.run(scenario())
+
+
+def test_a_closed_acceptor_leaves_its_slot_to_the_replacement_that_shares_it():
+    async def scenario() -> None:
+        listener, counts = _listener(), ConnectionCounts(2)
+        old = SpreadAcceptor(listener, _Kept, {}, counts, slot=0, board=None)
+        client = socket.create_connection(listener.getsockname())
+        await _until(lambda: old.open == 1)
+        old.close()  # retired: its connection lives on until the client goes
+        assert counts.get(0) == CLOSED
+        counts.set(0, 3)  # the replacement in the same slot counts its own
+        client.close()
+        await _until(lambda: old.open == 0)
+        assert counts.get(0) == 3
+        listener.close()
+
+    asyncio.run(scenario())
