@@ -13,7 +13,7 @@ from inferpool.config import Settings, error_lines, load_settings
 from inferpool.config.paths import make_importable
 from inferpool.engine import ConfigError
 from inferpool.engine.threads import plan_threads
-from inferpool.service.host import plans, sized
+from inferpool.service.host import plans, settings_shares, sized
 
 CONFIG_HELP = "TOML config file (default: config/default.toml)"
 SETTINGS_ERRORS = (ValidationError, ConfigError, FileNotFoundError, ValueError)
@@ -46,6 +46,7 @@ def planned(settings: Settings) -> Settings:
     """``settings`` sized as serve sizes them, every model's threads planned: a process count or a
     thread budget that serve refuses is refused here (exit status 2) before anything is built."""
     settings = sized(settings)
+    shares = settings_shares(settings)
     for model in plans(settings):
-        plan_threads(model.options, shares=settings.cpu_shares)
+        plan_threads(model.options, shares=shares)
     return settings

@@ -48,7 +48,7 @@ from inferpool.harness.client import KeepAlive
 from inferpool.harness.payloads import Payload, grpc_request, json_request, v2_request
 from inferpool.harness.procs import tree_run_seconds
 from inferpool.harness.server import free_port, inferpool_serve, launch, python_module
-from inferpool.service.host import plans, sized
+from inferpool.service.host import plans, settings_shares, sized
 
 REFERENCE_PHASE = "bare_asgi"  # reported apart from the server's own phases
 SERVE = (sys.executable, "-m", "inferpool.cli.main")  # this interpreter's InferPool, whatever is on PATH
@@ -117,7 +117,7 @@ def bench_main(argv: list[str]) -> int:
 def run(settings: Settings, serve_args: list[str], limits: Limits, inputs: object = None) -> dict[str, Any]:
     """Load the default model here, start the server beside it, time every phase."""
     plan = plans(settings)[0]
-    shares = settings.cpu_shares  # the server's own split of the CPUs
+    shares = settings_shares(settings)  # the server's own split of the CPUs
     if plan.handler is not None and inputs is None:
         raise ConfigError(
             f"the model has a handler ({plan.handler}), so its requests are not tensors: pass --inputs with "

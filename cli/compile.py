@@ -26,7 +26,7 @@ from inferpool.engine.compile_cache import cache_dir
 from inferpool.engine.options import AUTO_CANDIDATES, RuntimeOptions
 from inferpool.engine.sources import required_backend
 from inferpool.engine.threads import apply_loading_plan
-from inferpool.service.host import plans
+from inferpool.service.host import plans, settings_shares
 
 AOTI, ONNX = "aoti", "onnxruntime"
 ONNX_READERS = (ONNX, "openvino")
@@ -101,7 +101,7 @@ def compile_main(argv: list[str]) -> int:
             progress(f"{model.source}: its backends read nothing from the cache; name one with --prepare")
         try:
             # As serve loads: in the supervisor, before it forks the serving processes.
-            apply_loading_plan(model.options, settings.cpu_shares, forks=True)
+            apply_loading_plan(model.options, settings_shares(settings), forks=True)
             for kind in kinds:
                 PREPARE[kind](model.source, model.options, progress)
         except (ModelLoadError, ConfigError) as exc:

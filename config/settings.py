@@ -268,12 +268,6 @@ class Settings(BaseSettings):
         "found is applied as an explicit load or unload would be.",
     )
 
-    @property
-    def cpu_shares(self) -> int:
-        """How many pools split the CPUs equally: serving processes x models (workers = 0, not
-        yet sized by ``inferpool serve``, counts as one process)."""
-        return max(1, self.workers) * (1 + len(self.models))
-
     @field_validator("latency_buckets")
     @classmethod
     def _increasing(cls, value: list[float] | None) -> list[float] | None:

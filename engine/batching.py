@@ -15,7 +15,8 @@ instead of closing a batch at every change (MiniLM at 16 clients: batches of 2.5
 any change of shape closed the batch). A group runs when it reaches ``max_batch_size`` or a
 preferred size, when the next request of its shape does not fit (that request starts the
 group's next batch), when its first request has waited ``max_delay`` since it was queued, or
-when waiting longer would break the earliest deadline in it. Due groups run earliest-due
+when waiting longer would break the earliest deadline in it, or at once when a request in it
+already carries several samples (it is a batch: it never waits for others). Due groups run earliest-due
 first, so no shape can starve another.
 
 A worker that dies (SystemExit from the model, an exception escaping the loop) first answers
@@ -169,6 +170,8 @@ class _Group:
     def add(self, request: Work, call_seconds: float) -> None:
         self.requests.append(request)
         self.rows += request.rows
+        if request.rows > 1:  # already a batch: joined by what is queued, but it waits for nobody
+            self.due = min(self.due, request.queued)
         if request.deadline is not None:
             # Leave room for the call itself (as if full: dispatching a bit early is harmless).
             self.due = min(self.due, request.deadline - call_seconds)

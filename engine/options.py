@@ -13,6 +13,8 @@ from inferpool.engine.executors import DISPATCH_MODES
 
 LEND_MODES = ("auto", "on", "off")
 """``lend_idle_cores``: measured, always, never (inferpool.engine.wide)."""
+WAIT_MODES = ("auto", "on", "off")
+"""``wait_for_company``: where batching measures a gain, always, never (inferpool.engine.batch_choice)."""
 AUTO_CANDIDATES = ("eager", "static", "onnxruntime")
 """``auto``'s candidates when ``auto_backends`` is (): the ones that compile in about a second
 or less. aoti (tens of seconds on a first compile) and torchscript (deprecated upstream, warns)
@@ -108,6 +110,12 @@ class RuntimeOptions:
     the batch runs anyway (only with ``max_batch_size`` > 1). Under load batches fill from
     the queue without waiting; this only adds latency when traffic is light. Lower it for
     tighter latency, raise it (towards one model call's time) for fuller batches."""
+
+    wait_for_company: str = "auto"
+    """Whether a lone request waits ``max_queue_delay_us`` for others to batch with: ``auto``
+    where the start-up timings show batching gains (a full batch at least 1.1x the samples/s
+    of one sample), else it runs with whatever is already queued; ``on`` always waits; ``off``
+    never does (only with ``max_batch_size`` > 1)."""
 
     preferred_batch_sizes: tuple[int, ...] = ()
     """Batch sizes at which a forming batch runs at once instead of waiting for more company
@@ -216,6 +224,7 @@ class RuntimeOptions:
             "borrow_timeout": (self.borrow_timeout > 0, "use a positive number of seconds"),
             "dispatch": (self.dispatch in DISPATCH_MODES, f"use one of {DISPATCH_MODES}"),
             "lend_idle_cores": (self.lend_idle_cores in LEND_MODES, f"use one of {LEND_MODES}"),
+            "wait_for_company": (self.wait_for_company in WAIT_MODES, f"use one of {WAIT_MODES}"),
             "max_batch_size": (self.max_batch_size >= 1, "use 1 to turn batching off, or the largest batch to run"),
             "max_queue_delay_us": (
                 self.max_queue_delay_us >= 0,

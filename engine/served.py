@@ -21,6 +21,7 @@ import torch
 from inferpool.engine.admission import Admission, ServiceTimes, count_samples
 from inferpool.engine.backends.autoselect import resolve_backend
 from inferpool.engine.backends.base import Runtime
+from inferpool.engine.batch_choice import BatchChoice
 from inferpool.engine.client import ModelInfo, ModelStats
 from inferpool.engine.deadline_floor import floor_ms
 from inferpool.engine.dispatch_choice import decide
@@ -79,7 +80,8 @@ class ServedModel:
         """Requests admitted at once (running + queued); more are refused with Overloaded."""
         self.runtimes = RuntimeSet(module.name, backend, compiled, module, options, plan.runtimes, pod)
         self.service_times = ServiceTimes()
-        seed_seconds = self._seed_service_times()
+        seed_seconds, self.batch_choice = self._seed_service_times()
+        """For a batched model: whether a request waits for company (inferpool.engine.batch_choice)."""
         self.admission = Admission(self.service_times, plan.runtimes, options.max_batch_size)
         self.pipeline = Pipeline(
             coerce=self._coerce,
@@ -167,7 +169,14 @@ class ServedModel:
                     f"model {self.name!r} has inputs or outputs without a batch dimension, so requests cannot be "
                     "batched together: set max_batch_size=1"
                 )
-            return "batch", None
+            batching = self.batch_choice
+            if batching is None:
+                return "batch", None
+            mode = options.wait_for_company
+            (log.info if batching.waits or mode != "auto" else log.warning)(
+                "model %r: %s (wait_for_company %s)", self.name, batching.reason, mode
+            )
+            return "batch", batching.report() | {"wait_for_company": mode}
         if options.dispatch != "auto":
             return options.dispatch, None
         # Timed on a runtime directly: these calls must not teach admission control anything.
@@ -188,21 +197,35 @@ class ServedModel:
             threads=self.plan.runtimes,
             initializer=init,
             max_batch_size=options.max_batch_size,
-            max_delay=options.max_queue_delay_us * 1e-6,
+            # A model that cannot gain from batching joins only what is queued (batch_choice).
+            max_delay=(
+                self.batch_choice.delay_seconds(options.wait_for_company, options.max_queue_delay_us)
+                if self.batch_choice
+                else options.max_queue_delay_us * 1e-6
+            ),
             preferred=options.preferred_batch_sizes,
             call_seconds=self.service_times.predict,
         )
 
-    def _seed_service_times(self) -> list[float]:
+    def _seed_service_times(self) -> tuple[list[float], BatchChoice | None]:
         """Time warm calls at batch 1 and at a full batch (max_batch_size, at least 8), so that
-        admission control has the fixed and the per-sample cost before the first request; the
-        batch-1 calls' seconds come back (the deadline floor is their fastest)."""
+        admission control has the fixed and the per-sample cost before the first request. The
+        batch-1 calls' seconds come back (the deadline floor is their fastest), and for a batched
+        model whether batching can win (inferpool.engine.batch_choice; else None)."""
         seconds = self._example_call_seconds(repeats=3)
-        if all(spec.batched for spec in self.schema.inputs):
-            full = self.module.examples(max(8, self.options.max_batch_size))
-            for _ in range(2):
-                self._call(full)
-        return seconds
+        if not all(spec.batched for spec in self.schema.inputs):
+            return seconds, None
+        rows = max(8, self.options.max_batch_size)
+        full = self.module.examples(rows)
+        self._call(full)  # warm: a new batch size's first call allocates
+        times = []
+        for _ in range(2):
+            started = time.perf_counter()
+            self._call(full)
+            times.append(time.perf_counter() - started)
+        if self.options.max_batch_size <= 1:
+            return seconds, None
+        return seconds, BatchChoice(rows, statistics.median(seconds) * 1e3, min(times) * 1e3)
 
     def time_example_call(self, repeats: int = 5) -> float:
         """Median seconds of a warm call on the example inputs."""

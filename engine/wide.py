@@ -42,6 +42,10 @@ REPEATS = 5
 BATCH_PROBE = 8
 """A batched model whose one-sample call cannot gain is measured again at this many samples: a
 16-sentence request gains from threads where one sentence does not."""
+PROBE_UNDER_SECONDS = 0.02
+"""Only a one-sample call shorter than this is measured again at ``BATCH_PROBE`` samples: a longer
+one that did not gain is compute-bound already (a ResNet-50 image, ~80 ms), and probing it cost
+~7 s of a warm start (eight-sample calls, narrow and wide, five times each)."""
 
 
 @dataclass(frozen=True)
@@ -152,7 +156,8 @@ def choose(
     if refusal is not None and options.lend_idle_cores == "auto":
         return WideChoice(cpus, False, refusal), None
     choice, lane = _measure(backend, narrow, module, options, cpus, 1, None)
-    if not choice.enabled and all(spec.batched for spec in module.schema.inputs):
+    short = choice.narrow_ms is not None and choice.narrow_ms < PROBE_UNDER_SECONDS * 1e3
+    if not choice.enabled and short and all(spec.batched for spec in module.schema.inputs):
         choice, lane = _measure(backend, narrow, module, options, cpus, BATCH_PROBE, lane)
     return choice, lane if choice.enabled else None
 

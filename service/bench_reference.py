@@ -28,7 +28,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from inferpool.config import load_settings
 from inferpool.engine import ServedModel
 from inferpool.service.codec import encode_json
-from inferpool.service.host import plans
+from inferpool.service.host import plans, settings_shares
 
 JSON_HEADERS = [(b"content-type", b"application/json")]
 
@@ -83,7 +83,7 @@ def main(argv: list[str]) -> int:
     todo = plans(settings)
     plan = todo[0]
     model = ServedModel.load(plan.source, plan.options, max_queue=settings.max_queue,
-                             shares=settings.cpu_shares, name=plan.name, handler=plan.handler)  # fmt: skip
+                             shares=settings_shares(settings), name=plan.name, handler=plan.handler)  # fmt: skip
     # As the server does: its switch interval, and the startup heap out of the collector's way.
     sys.setswitchinterval(settings.switch_interval)
     gc.collect()

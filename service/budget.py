@@ -19,6 +19,12 @@ from inferpool.engine import ConfigError, RuntimeOptions
 from inferpool.engine.threads import ThreadPlan, plan_threads
 
 
+def cpu_shares(processes: int, models: int) -> int:
+    """The one split of the CPUs (every caller asks here): each serving process runs one pool per
+    model, all of equal share. ``workers = 0``, not sized yet, counts as one process."""
+    return max(1, processes) * max(1, models)
+
+
 class OverBudget(ConfigError):
     """A model set that would plan more threads than the server may use CPUs."""
 
@@ -29,7 +35,7 @@ def pool_plans(
     """Each pool's thread plan when ``processes`` serving processes each run ``pools`` (a name
     for messages, and its options) on ``cpus``; OverBudget saying what to lower when they do not
     fit and ``oversubscribe`` is off."""
-    shares = processes * len(pools)
+    shares = cpu_shares(processes, len(pools))
     if shares > cpus and not oversubscribe:
         fitting = cpus // len(pools)
         lower = f"lower workers to {fitting}" if fitting >= 1 else f"serve at most {cpus} models"

@@ -25,10 +25,12 @@ from inferpool.engine.pod_load import PodLoad
 from inferpool.engine.threads import plan_threads
 from inferpool.service.apierror import ApiError
 from inferpool.service.board import READY, ProcessBoard
+from inferpool.service.budget import cpu_shares
 from inferpool.service.logs import model_served
 from inferpool.service.plans import STATIC_VERSION, Key, ModelPlan
 from inferpool.service.plans import plans as plans  # re-exported: the commands import them from here
 from inferpool.service.plans import repository_plans as repository_plans
+from inferpool.service.plans import settings_shares as settings_shares
 from inferpool.service.plans import sized as sized
 from inferpool.service.plans import startup_plans as startup_plans
 from inferpool.service.readiness import Readiness
@@ -160,7 +162,7 @@ class ModelHost:
         todo = [plan for plan in wanted if _key(plan) not in keep]
         added = self._build(todo, start=False, keep=keep, total=len(wanted))
         for model in keep.values():
-            _resplit(model, max(1, self.settings.workers) * len(wanted))
+            _resplit(model, cpu_shares(self.settings.workers, len(wanted)))
         dropped = [m for key, m in self._preloaded.items() if key not in keep]
         self._preloaded = {_key(plan): keep.get(_key(plan)) or added[_key(plan)] for plan in wanted}
         for key in [key for key in self._plans if key not in self._preloaded]:
@@ -186,8 +188,7 @@ class ModelHost:
         """``todo`` loaded beside ``keep``; ``total`` models will serve in all (their pools
         split the CPUs). On failure, what it loaded is closed and nothing else changed."""
         settings = self.settings
-        # Every pool gets an equal share of the CPUs: processes x models shares.
-        shares = max(1, settings.workers) * (total or len(todo))
+        shares = cpu_shares(settings.workers, total or len(todo))
         loaded: dict[Key, ServedModel] = {}
         names = {(m.name, version) for (_, version), m in (keep or {}).items()}
         before = dict(self._plans)

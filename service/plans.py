@@ -11,7 +11,7 @@ from inferpool.config import Settings
 from inferpool.engine import ConfigError, RuntimeOptions
 from inferpool.engine.sources import allowed_backends
 from inferpool.engine.threads import serving_processes, usable_cpus
-from inferpool.service.budget import pool_plans
+from inferpool.service.budget import cpu_shares, pool_plans
 from inferpool.service.repository import ModelFolder, scan
 
 STATIC_VERSION = "1"
@@ -80,6 +80,12 @@ def startup_plans(settings: Settings) -> list[ModelPlan]:
     if settings.model_repository is None:
         return plans(settings)
     return [*plans(settings), *repository_plans(settings, scan(settings.model_repository))]
+
+
+def settings_shares(settings: Settings) -> int:
+    """How many pools split the CPUs when ``settings`` serve: processes x the models started with
+    (the config's and the repository's), as the server's host splits them."""
+    return cpu_shares(settings.workers, len(startup_plans(settings)))
 
 
 def sized(settings: Settings, cpus: int | None = None) -> Settings:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import socket
 import time
 
 import uvicorn
@@ -22,19 +23,21 @@ from inferpool.service.control import Control
 from inferpool.service.frontdoor import Activity
 from inferpool.service.host import ModelHost
 from inferpool.service.server import POLL_SECONDS, DrainingServer
+from inferpool.service.spread import ConnectionCounts
 
 log = logging.getLogger(__name__)
 
 
 class RetiringServer(DrainingServer):
     def __init__(
-        self, config: uvicorn.Config, host: ModelHost, requests: Activity, drain_seconds: float, control: Control
-    ) -> None:
-        super().__init__(config, host, requests, drain_seconds)
+        self, config: uvicorn.Config, host: ModelHost, requests: Activity, drain_seconds: float, control: Control,
+        counts: ConnectionCounts | None = None,
+    ) -> None:  # fmt: skip
+        super().__init__(config, host, requests, drain_seconds, counts)
         self.control = control
         self.retiring = False
 
-    async def startup(self, sockets: list[object] | None = None) -> None:  # type: ignore[override]
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
         self.control.start(self.retire)
 

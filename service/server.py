@@ -16,6 +16,7 @@ import asyncio
 import contextvars
 import logging
 import signal
+import socket
 import time
 from types import FrameType
 
@@ -23,6 +24,7 @@ import uvicorn
 
 from inferpool.service.frontdoor import Activity
 from inferpool.service.host import ModelHost
+from inferpool.service.spread import ConnectionCounts, SpreadAcceptor
 
 log = logging.getLogger(__name__)
 POLL_SECONDS = 0.01
@@ -32,16 +34,32 @@ request is already on its way gets a 503 and ``Connection: close`` instead of a 
 
 
 class DrainingServer(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, host: ModelHost, requests: Activity, drain_seconds: float) -> None:
+    def __init__(
+        self, config: uvicorn.Config, host: ModelHost, requests: Activity, drain_seconds: float,
+        counts: ConnectionCounts | None = None,
+    ) -> None:  # fmt: skip
         super().__init__(config)
         self.host = host
         self.requests = requests
         self.drain_seconds = drain_seconds
+        self.counts = counts
+        """Set when several serving processes share the listening socket: connections are spread
+        evenly over them (inferpool.service.spread) instead of going to whichever wakes first."""
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    async def startup(self, sockets: list[object] | None = None) -> None:  # type: ignore[override]
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         self._loop = asyncio.get_running_loop()
-        await super().startup(sockets)  # type: ignore[arg-type]
+        if self.counts is None or not sockets:
+            await super().startup(sockets)
+            return
+        await super().startup([])  # the lifespan and uvicorn's state, but no accepting of its own
+        config = self.config
+        protocol: type[asyncio.Protocol] = config.http_protocol_class
+        arguments = {"config": config, "server_state": self.server_state, "app_state": self.lifespan.state}
+        for listener in sockets:
+            listener.setblocking(False)
+            acceptor = SpreadAcceptor(listener, protocol, arguments, self.counts, self.host.slot, self.host.board)
+            self.servers.append(acceptor)  # type: ignore[arg-type]  # uvicorn only closes and awaits them
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         # In a context of its own: the signal may arrive while a request's context (its

@@ -9,8 +9,9 @@ it forks the same way, but readiness across processes, the drain of the listen b
 fork-safe loading (no thread and no OpenMP region in the parent, see ServedModel.start) would
 all still be ours to build around it.
 
-Every process serves on the one listening socket the supervisor bound (the kernel hands each
-new connection to whichever process accepts first). The ProcessBoard, shared memory made
+Every process serves on the one listening socket the supervisor bound, taking a connection only
+while it holds no more than the others (inferpool.service.spread: left to the event loops, the
+first to wake took every connection queued at that moment). The ProcessBoard, shared memory made
 before the fork, tells each process whether all the others are ready and whether a drain has
 begun. On SIGTERM or SIGINT: the board says "draining" (every process's readiness turns 503 at
 once), each process drains (inferpool.service.server), and what is left in the listen backlog gets a
@@ -45,6 +46,7 @@ from inferpool.service.changes import SIGNALS, Changes
 from inferpool.service.desk import Desk
 from inferpool.service.host import ModelHost
 from inferpool.service.readiness import Readiness
+from inferpool.service.spread import ConnectionCounts
 from inferpool.service.standby import Standby, answer_backlog
 
 log = logging.getLogger(__name__)
@@ -63,6 +65,8 @@ class Supervisor(Changes):
         self.processes = settings.workers
         self.options = uvicorn_options
         self.board = ProcessBoard(self.processes)
+        self.connections = ConnectionCounts(self.processes) if self.processes > 1 else None
+        """Open connections per process, so that a few keep-alive clients spread over all of them."""
         self.children: dict[int, tuple[int, float]] = {}  # pid -> (slot, started at)
         self.crashes = 0
         self.desk: Desk | None = None
@@ -150,7 +154,8 @@ class Supervisor(Changes):
         app = create_app(self.settings, host)
         app.state.control = calls if self.settings.model_repository is not None else None
         config = uvicorn.Config(app, **self.options)  # type: ignore[arg-type]
-        server = RetiringServer(config, host, app.state.activity, self.settings.drain_seconds, calls)
+        drain = self.settings.drain_seconds
+        server = RetiringServer(config, host, app.state.activity, drain, calls, self.connections)
         server.run(sockets=[listener])
         return 0
 

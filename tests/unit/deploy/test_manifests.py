@@ -22,7 +22,7 @@ import yaml  # type: ignore[import-untyped]
 from inferpool.config import load_settings
 from inferpool.engine import ConfigError
 from inferpool.engine.threads import plan_threads
-from inferpool.service.host import sized
+from inferpool.service.host import settings_shares, sized
 
 REPO = Path(__file__).resolve().parents[3]
 DEPLOY = REPO / "deploy"
@@ -127,7 +127,7 @@ def test_cpu_requests_equal_whole_cpu_limits_and_drive_the_thread_budget(monkeyp
         monkeypatch.setenv(name, value)
     settings = sized(load_settings(), cpus=math.floor(limit))
     assert settings.workers == int(limit)
-    plan = plan_threads(settings.runtime, cpus=math.floor(limit), shares=settings.cpu_shares)
+    plan = plan_threads(settings.runtime, cpus=math.floor(limit), shares=settings_shares(settings))
     assert plan.threads * settings.workers == int(limit)
 
     # Why whole CPUs: a 1500m limit gives WORKERS=2 on a 1.5-CPU quota, which the server

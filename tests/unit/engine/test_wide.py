@@ -61,6 +61,7 @@ def test_a_long_call_that_scales_gets_the_lane(module):
     [
         (0.0002, 0.0001, RuntimeOptions(), 2, "under 2 ms"),  # digits-sized: threads cannot pay
         (0.005, 0.0045, RuntimeOptions(), 2, "under 1.25x"),  # long, but does not scale
+        (0.03, 0.028, RuntimeOptions(), 2, "a call is "),  # compute-bound already: not probed at 8 samples
         (0.005, 0.002, RuntimeOptions(lend_idle_cores="off"), 2, "off"),
         (0.005, 0.002, RuntimeOptions(intra_op_threads=2), 4, "intra_op_threads is set"),  # explicit wins
         (0.005, 0.002, RuntimeOptions(), 1, "one usable CPU"),

@@ -1,0 +1,155 @@
+"""SpreadAcceptor and ConnectionCounts (inferpool.service.spread) on a real loop and socket, with the
+other serving processes' counts written by the test."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from types import SimpleNamespace
+
+from inferpool.service.board import DOWN, READY, ProcessBoard
+from inferpool.service.spread import CLOSED, ConnectionCounts, SpreadAcceptor
+
+
+class _Kept(asyncio.Protocol):
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+
+
+class _Http(_Kept):
+    """Each chunk received is a request head: a cycle whose keep_alive the acceptor may turn off."""
+
+    cycles: list[SimpleNamespace]
+
+    def data_received(self, data: bytes) -> None:
+        self.cycle = SimpleNamespace(keep_alive=True)
+        type(self).cycles.append(self.cycle)
+        self.on_headers_complete()
+
+    def on_headers_complete(self) -> None:
+        pass
+
+
+def _listener() -> socket.socket:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    sock.setblocking(False)
+    return sock
+
+
+async def _until(condition, seconds: float = 5.0) -> None:
+    for _ in range(int(seconds / 0.005)):
+        if condition():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError("the condition never held")
+
+
+def test_fewest_elsewhere_counts_only_other_ready_processes_that_accept():
+    board = ProcessBoard(4)
+    counts = ConnectionCounts(4)
+    for slot, (state, count) in enumerate([(READY, 9), (READY, 3), (DOWN, 0), (READY, CLOSED)]):
+        board.mark(slot, state)
+        counts.set(slot, count)
+    assert counts.fewest_elsewhere(0, board) == 3  # slot 2 is down (its 0 is stale), slot 3 accepts no more
+    assert counts.fewest_elsewhere(1, board) == 9
+    board.mark(0, DOWN)
+    assert counts.fewest_elsewhere(1, board) is None  # nobody else would take a connection
+
+
+def test_takes_connections_while_it_holds_no_more_than_the_others_and_counts_them():
+    async def scenario() -> None:
+        listener, counts = _listener(), ConnectionCounts(2)
+        counts.set(1, 1)  # the other process holds one connection
+        acceptor = SpreadAcceptor(listener, _Kept, {}, counts, slot=0, board=None)
+        address = listener.getsockname()
+        first = socket.create_connection(address)
+        await _until(lambda: acceptor.accepted == 1)
+        second = socket.create_connection(address)  # 1 vs 1: still even, taken
+        await _until(lambda: acceptor.accepted == 2)
+        assert acceptor.deferred == 0
+        assert counts.get(0) == 2
+        first.close()
+        await _until(lambda: counts.get(0) == 1)  # a closed connection stops counting
+        second.close()
+        await _until(lambda: counts.get(0) == 0)
+        acceptor.close()
+        assert counts.get(0) == CLOSED
+        listener.close()
+
+    asyncio.run(scenario())
+
+
+def test_leaves_a_connection_to_a_process_with_fewer_then_takes_it_if_nobody_does():
+    async def scenario() -> None:
+        listener, counts = _listener(), ConnectionCounts(2)
+        acceptor = SpreadAcceptor(listener, _Kept, {}, counts, slot=0, board=None)
+        address = listener.getsockname()
+        clients = [socket.create_connection(address)]
+        await _until(lambda: acceptor.accepted == 1)
+        clients.append(socket.create_connection(address))  # 1 vs 0: left for the other process...
+        await _until(lambda: acceptor.accepted == 2)  # ...which never takes it: overdue, taken here
+        assert acceptor.deferred == 1
+        counts.set(1, 0)
+        clients.append(socket.create_connection(address))
+        await _until(lambda: acceptor.deferred == 2)
+        counts.set(1, 2)  # the other process caught up meanwhile: 2 vs 2, taken
+        await _until(lambda: acceptor.accepted == 3)
+        acceptor.close()
+        clients.append(socket.create_connection(address))
+        await asyncio.sleep(0.05)
+        assert acceptor.accepted == 3  # closed: nothing more is taken
+        for client in clients:
+            client.close()
+        listener.close()
+
+    asyncio.run(scenario())
+
+
+def test_sheds_one_connection_at_a_time_when_it_holds_two_more_than_another_process():
+    async def scenario() -> None:
+        listener, counts = _listener(), ConnectionCounts(2)
+        _Http.cycles = []
+        acceptor = SpreadAcceptor(listener, _Http, {}, counts, slot=0, board=None)
+        address = listener.getsockname()
+        clients = [socket.create_connection(address) for _ in range(3)]
+        await _until(lambda: acceptor.accepted == 3)  # the other process holds 0 and never takes any
+        counts.set(1, 1)
+        for client in clients:
+            client.sendall(b"GET / HTTP/1.1\r\n\r\n")
+        await _until(lambda: len(_Http.cycles) == 3)
+        # 3 against 1: one answer closes its connection; the next waits for that one to end.
+        assert [cycle.keep_alive for cycle in _Http.cycles].count(False) == 1
+        assert acceptor.shed == 1
+        counts.set(1, 2)  # 3 against 2: even enough, nothing more is shed
+        shed = next(i for i, cycle in enumerate(_Http.cycles) if not cycle.keep_alive)
+        clients.pop(shed).close()
+        await _until(lambda: acceptor.open == 2)
+        for client in clients:
+            client.sendall(b"GET / HTTP/1.1\r\n\r\n")
+        await _until(lambda: len(_Http.cycles) == 5)
+        assert all(cycle.keep_alive for cycle in _Http.cycles[3:])
+        acceptor.close()
+        for client in clients:
+            client.close()
+        listener.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_closed_acceptor_leaves_its_slot_to_the_replacement_that_shares_it():
+    async def scenario() -> None:
+        listener, counts = _listener(), ConnectionCounts(2)
+        old = SpreadAcceptor(listener, _Kept, {}, counts, slot=0, board=None)
+        client = socket.create_connection(listener.getsockname())
+        await _until(lambda: old.open == 1)
+        old.close()  # retired: its connection lives on until the client goes
+        assert counts.get(0) == CLOSED
+        counts.set(0, 3)  # the replacement in the same slot counts its own
+        client.close()
+        await _until(lambda: old.open == 0)
+        assert counts.get(0) == 3
+        listener.close()
+
+    asyncio.run(scenario())
