@@ -21,7 +21,17 @@ geometric mean of the batch-1 time and the time per sample at N: latency and thr
 alike in ratios (twice as fast at one and twice as slow at the other ties), whatever their
 absolute sizes.
 
-Time spent: every candidate's compile (the bulk; AOTInductor's first compile is so long that
+Only candidates that can win are timed to the end. Eager is compiled first (nothing to
+compile; its time is the yardstick); a backend that runs eager's kernels and beats it only by
+their dispatch (static) is not compiled when eager's batch-1 call takes at least
+KERNEL_BOUND_S (the kernels are the call) and another candidate already runs it in at most
+EAGER_KERNELS_SHARE of eager's time. A candidate whose calls are long (LONG_CALL_S: a round is
+one call) is stopped as soon as its score from its fastest calls so far is worse than the
+leader's from its medians: more calls could only raise it. Short calls are timed to the end
+(their fastest call says little). Both spare a compute-bound model (ResNet-50) most of its
+cold start and leave the choice on the small models (digits, the MLP) as it was.
+
+Time spent: every compiled candidate's compile (the bulk; AOTInductor's first compile is so long that
 it is timed only when listed) plus about ROUNDS x ROUND_SECONDS per batch size per candidate of
 timing. Figures: docs/BENCHMARKS.md, "Figures moved from the code".
 """
@@ -56,6 +66,12 @@ ROUND_SECONDS = 0.01
 median while all the rounds (ROUNDS x 2 batch sizes x the candidates) stay a small part of a
 startup; the quick candidates' scores differ on the built-in models far beyond a round's noise."""
 MAX_CALLS = 200
+KERNEL_BOUND_S = 0.02
+EAGER_KERNELS_SHARE = 0.8
+"""Static saves eager's per-op dispatch, some microseconds an op: on a call of 20 ms or more that
+is a few percent for a graph of a few hundred ops (ResNet-50 has ~170), short of the 20 % between
+eager and a backend at 0.8 of it. MiniLM's 6 ms call and the small models keep static timed."""
+LONG_CALL_S = ROUND_SECONDS
 UNBATCHED_N = 8
 """The batch timed beside batch 1 when batching is off: requests that carry several samples."""
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -76,6 +92,9 @@ class Trial:
     per_sample_us: float | None = None
     score_us: float | None = None
     error: str | None = None
+    stopped_early: bool = False
+    """Timing stopped once it could no longer win (the module docstring); its figures are from
+    the calls it had."""
 
 
 @dataclass(frozen=True)
@@ -146,6 +165,8 @@ class _Candidate:
     runtime: Runtime
     compile_seconds: float
     warnings: list[warnings.WarningMessage]
+    batch1_seconds: float
+    """Median of a few calls at batch 1 after the parity check: the prior for what to compile next."""
 
 
 def choose(module: InferenceModule, options: RuntimeOptions, backends: Mapping[str, type[Runtime]]) -> BackendChoice:
@@ -154,7 +175,12 @@ def choose(module: InferenceModule, options: RuntimeOptions, backends: Mapping[s
     reference = _eager(module, inputs[1])
     candidates: dict[str, _Candidate] = {}
     skipped: dict[str, Trial] = {}
-    for name, backend in backends.items():
+    for name, backend in sorted(backends.items(), key=lambda item: (item[0] != "eager", item[1].eager_kernels)):
+        reason = _cannot_win(backend, {n: c.batch1_seconds for n, c in candidates.items()})
+        if reason is not None:
+            skipped[name] = Trial(name, 0.0, error=reason)
+            log.info("auto: not compiling %s: %s", name, reason)
+            continue
         started = time.perf_counter()
         try:
             candidates[name] = _try(module, options, backend, reference, inputs[1])
@@ -167,9 +193,10 @@ def choose(module: InferenceModule, options: RuntimeOptions, backends: Mapping[s
     if not candidates:
         reasons = "; ".join(f"{n}: {t.error}" for n, t in skipped.items())
         raise ModelLoadError(f"no backend can serve model {module.name!r} ({reasons}); fix one of them")
-    medians = _time(candidates, inputs)
     batching = options.max_batch_size > 1
-    trials = {name: _trial(name, c, medians[name], batching) for name, c in candidates.items()} | skipped
+    medians, stopped = _time(candidates, inputs, batching)
+    trials = {name: _trial(name, c, medians[name], batching, name in stopped) for name, c in candidates.items()}
+    trials |= skipped
     table = tuple(trials[name] for name in backends)
     chosen = min(candidates, key=lambda name: trials[name].score_us or math.inf)
     for caught in candidates[chosen].warnings:
@@ -201,7 +228,19 @@ def _try(
     wrong = first_mismatch(names, [got[n] for n in names], list(reference.values()), backend.tolerance)
     if wrong is not None:
         raise ModelLoadError(f"its output {wrong!r} disagrees with eager PyTorch on the example inputs")
-    return _Candidate(backend, compiled, runtime, seconds, list(caught))
+    return _Candidate(backend, compiled, runtime, seconds, list(caught), statistics.median(_calls(runtime, inputs, 3)))
+
+
+def _cannot_win(backend: type[Runtime], batch1: Mapping[str, float]) -> str | None:
+    """Why ``backend`` need not be compiled given the candidates' batch-1 times, or None."""
+    eager = batch1.get("eager")
+    if not backend.eager_kernels or eager is None or eager < KERNEL_BOUND_S:
+        return None
+    leader = min(batch1, key=batch1.__getitem__)
+    if batch1[leader] > eager * EAGER_KERNELS_SHARE:
+        return None
+    return (f"not compiled: it runs eager's kernels, which are eager's {eager * 1e3:.1f} ms call, and "
+            f"{leader} takes {batch1[leader] / eager:.0%} of it")  # fmt: skip
 
 
 def _short(reason: str, limit: int = 300) -> str:
@@ -228,19 +267,43 @@ def _eager(module: InferenceModule, inputs: Mapping[str, Array]) -> dict[str, Ar
 
 
 def _time(
-    candidates: Mapping[str, _Candidate], inputs: Mapping[int, Mapping[str, Array]]
-) -> dict[str, dict[int, float]]:
-    """Name -> batch size -> median seconds per call, over ROUNDS interleaved rounds."""
-    calls = {(name, size): _calls_per_round(c.runtime, arrays) for name, c in candidates.items()
-             for size, arrays in inputs.items()}  # fmt: skip
+    candidates: Mapping[str, _Candidate], inputs: Mapping[int, Mapping[str, Array]], batching: bool
+) -> tuple[dict[str, dict[int, float]], set[str]]:
+    """Name -> batch size -> median seconds per call, over ROUNDS interleaved rounds; and the
+    names stopped early (their medians include the probe calls, all they had)."""
+    probes = {(name, size): _calls(c.runtime, arrays, 3) for name, c in candidates.items()
+              for size, arrays in inputs.items()}  # fmt: skip
+    calls = {key: _per_round(statistics.median(probe)) for key, probe in probes.items()}
     times: dict[tuple[str, int], list[float]] = {key: [] for key in calls}
+    live, stopped = set(candidates), set[str]()
     for _ in range(ROUNDS):
+        stopped |= _hopeless({k: probes[k] + times[k] for k in calls if k[0] in live}, batching)
+        live -= stopped
         for (name, size), count in calls.items():
-            times[name, size] += _calls(candidates[name].runtime, inputs[size], count)
+            if name in live:
+                times[name, size] += _calls(candidates[name].runtime, inputs[size], count)
     medians: dict[str, dict[int, float]] = {name: {} for name in candidates}
     for (name, size), seconds in times.items():
-        medians[name][size] = statistics.median(seconds)
-    return medians
+        medians[name][size] = statistics.median(seconds if name in live else probes[name, size] + seconds)
+    return medians, stopped
+
+
+def _hopeless(seen: Mapping[tuple[str, int], list[float]], batching: bool) -> set[str]:
+    """The long-call candidates whose fastest calls already score worse than the leader's medians."""
+    names = {name for name, _ in seen}
+    median = {n: _score({s: statistics.median(v) for (m, s), v in seen.items() if m == n}, batching) for n in names}
+    fastest = {n: _score({s: min(v) for (m, s), v in seen.items() if m == n}, batching) for n in names}
+    leader = min(median, key=median.__getitem__)
+    return {n for n in names if n != leader and min(seen[n, 1]) >= LONG_CALL_S and fastest[n] > median[leader]}
+
+
+def _score(seconds: Mapping[int, float], batching: bool) -> float:
+    """The module docstring's score, from seconds per call by batch size."""
+    size = max(seconds)
+    if size == 1:
+        return seconds[1]
+    per_sample = seconds[size] / size
+    return per_sample if batching else math.sqrt(seconds[1] * per_sample)
 
 
 def _calls(runtime: Runtime, inputs: Mapping[str, Array], count: int) -> list[float]:
@@ -252,21 +315,17 @@ def _calls(runtime: Runtime, inputs: Mapping[str, Array], count: int) -> list[fl
     return times
 
 
-def _calls_per_round(runtime: Runtime, inputs: Mapping[str, Array]) -> int:
-    probe = statistics.median(_calls(runtime, inputs, 3))
+def _per_round(probe: float) -> int:
     return max(1, min(MAX_CALLS, int(ROUND_SECONDS / max(probe, 1e-7))))
 
 
-def _trial(name: str, candidate: _Candidate, medians: Mapping[int, float], batching: bool) -> Trial:
-    batch1 = medians[1] * 1e6
-    size = max(medians)
+def _trial(name: str, candidate: _Candidate, medians: Mapping[int, float], batching: bool, stopped: bool) -> Trial:
+    batch1, score, size = medians[1] * 1e6, _score(medians, batching) * 1e6, max(medians)
+    compiled = round(candidate.compile_seconds, 3)
     if size == 1:
-        return Trial(name, round(candidate.compile_seconds, 3), round(batch1, 1), score_us=round(batch1, 1))
+        return Trial(name, compiled, round(batch1, 1), score_us=round(score, 1), stopped_early=stopped)
     per_sample = medians[size] * 1e6 / size
-    score = per_sample if batching else math.sqrt(batch1 * per_sample)
-    return Trial(
-        name, round(candidate.compile_seconds, 3), round(batch1, 1), size, round(per_sample, 2), round(score, 1)
-    )
+    return Trial(name, compiled, round(batch1, 1), size, round(per_sample, 2), round(score, 1), stopped_early=stopped)
 
 
 def format_table(trials: tuple[Trial, ...]) -> str:
@@ -281,6 +340,6 @@ def format_table(trials: tuple[Trial, ...]) -> str:
             continue
         lines.append(
             f"  {t.backend:14} {t.compile_seconds:9.2f} {cell(t.batch1_us, 1):>10} "
-            f"{cell(t.per_sample_us, 2):>20} {cell(t.score_us, 1):>9}"
+            f"{cell(t.per_sample_us, 2):>20} {cell(t.score_us, 1):>9}{'  stopped early' if t.stopped_early else ''}"
         )
     return "\n".join(lines)
