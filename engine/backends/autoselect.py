@@ -21,15 +21,16 @@ geometric mean of the batch-1 time and the time per sample at N: latency and thr
 alike in ratios (twice as fast at one and twice as slow at the other ties), whatever their
 absolute sizes.
 
-Only candidates that can win are timed to the end. Eager is compiled first (nothing to
-compile; its time is the yardstick); a backend that runs eager's kernels and beats it only by
-their dispatch (static) is not compiled when eager's batch-1 call takes at least
-KERNEL_BOUND_S (the kernels are the call) and another candidate already runs it in at most
-EAGER_KERNELS_SHARE of eager's time. A candidate whose calls are long (LONG_CALL_S: a round is
-one call) is stopped as soon as its score from its fastest calls so far is worse than the
-leader's from its medians: more calls could only raise it. Short calls are timed to the end
-(their fastest call says little). Both spare a compute-bound model (ResNet-50) most of its
-cold start and leave the choice on the small models (digits, the MLP) as it was.
+Only candidates that can win are timed to the end (inferpool.engine.backends.auto_prune).
+Eager is compiled first (nothing to compile; its time is the yardstick); a backend that runs
+eager's kernels and beats it only by their dispatch (static) is not compiled when eager's
+batch-1 call is long enough for the kernels to be the call and another candidate already runs
+it far faster. The likeliest winner is probed first; a candidate whose calls are long (a round
+is one call) is stopped at the first call whose fastest-calls score is worse than the leader's
+median score: more calls could only raise it. Short calls are timed to the end (their fastest
+call says little), and a candidate left alone is not timed in rounds. These spare a
+compute-bound model (ResNet-50) most of its cold start and leave the choice on the small models
+(digits, the MLP) as it was.
 
 Time spent: every compiled candidate's compile (the bulk; AOTInductor's first compile is so long that
 it is timed only when listed) plus about ROUNDS x ROUND_SECONDS per batch size per candidate of
@@ -49,6 +50,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from inferpool.engine.backends import BACKENDS
+from inferpool.engine.backends.auto_prune import cannot_win, hopeless, score
 from inferpool.engine.backends.base import Runtime
 from inferpool.engine.backends.choice_cache import choice_path, read_choice, write_choice
 from inferpool.engine.backends.parity import eager_outputs, first_mismatch
@@ -66,12 +68,8 @@ ROUND_SECONDS = 0.01
 median while all the rounds (ROUNDS x 2 batch sizes x the candidates) stay a small part of a
 startup; the quick candidates' scores differ on the built-in models far beyond a round's noise."""
 MAX_CALLS = 200
-KERNEL_BOUND_S = 0.02
-EAGER_KERNELS_SHARE = 0.8
-"""Static saves eager's per-op dispatch, some microseconds an op: on a call of 20 ms or more that
-is a few percent for a graph of a few hundred ops (ResNet-50 has ~170), short of the 20 % between
-eager and a backend at 0.8 of it. MiniLM's 6 ms call and the small models keep static timed."""
-LONG_CALL_S = ROUND_SECONDS
+PROBES = 3
+"""Calls per batch size before the rounds, to size them (and to stop a long-call candidate early)."""
 UNBATCHED_N = 8
 """The batch timed beside batch 1 when batching is off: requests that carry several samples."""
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -165,8 +163,13 @@ class _Candidate:
     runtime: Runtime
     compile_seconds: float
     warnings: list[warnings.WarningMessage]
-    batch1_seconds: float
-    """Median of a few calls at batch 1 after the parity check: the prior for what to compile next."""
+    batch1_calls: list[float]
+    """A few calls at batch 1 after the parity check: the prior for what to compile next, and
+    the first of its probe calls."""
+
+    @property
+    def batch1_seconds(self) -> float:
+        return statistics.median(self.batch1_calls)
 
 
 def choose(module: InferenceModule, options: RuntimeOptions, backends: Mapping[str, type[Runtime]]) -> BackendChoice:
@@ -176,10 +179,10 @@ def choose(module: InferenceModule, options: RuntimeOptions, backends: Mapping[s
     candidates: dict[str, _Candidate] = {}
     skipped: dict[str, Trial] = {}
     for name, backend in sorted(backends.items(), key=lambda item: (item[0] != "eager", item[1].eager_kernels)):
-        reason = _cannot_win(backend, {n: c.batch1_seconds for n, c in candidates.items()})
+        reason = cannot_win(backend, {n: c.batch1_seconds for n, c in candidates.items()})
         if reason is not None:
             skipped[name] = Trial(name, 0.0, error=reason)
-            log.info("auto: not compiling %s: %s", name, reason)
+            log.info("auto: %s %s", name, reason)
             continue
         started = time.perf_counter()
         try:
@@ -228,19 +231,7 @@ def _try(
     wrong = first_mismatch(names, [got[n] for n in names], list(reference.values()), backend.tolerance)
     if wrong is not None:
         raise ModelLoadError(f"its output {wrong!r} disagrees with eager PyTorch on the example inputs")
-    return _Candidate(backend, compiled, runtime, seconds, list(caught), statistics.median(_calls(runtime, inputs, 3)))
-
-
-def _cannot_win(backend: type[Runtime], batch1: Mapping[str, float]) -> str | None:
-    """Why ``backend`` need not be compiled given the candidates' batch-1 times, or None."""
-    eager = batch1.get("eager")
-    if not backend.eager_kernels or eager is None or eager < KERNEL_BOUND_S:
-        return None
-    leader = min(batch1, key=batch1.__getitem__)
-    if batch1[leader] > eager * EAGER_KERNELS_SHARE:
-        return None
-    return (f"not compiled: it runs eager's kernels, which are eager's {eager * 1e3:.1f} ms call, and "
-            f"{leader} takes {batch1[leader] / eager:.0%} of it")  # fmt: skip
+    return _Candidate(backend, compiled, runtime, seconds, list(caught), _calls(runtime, inputs, PROBES))
 
 
 def _short(reason: str, limit: int = 300) -> str:
@@ -270,40 +261,33 @@ def _time(
     candidates: Mapping[str, _Candidate], inputs: Mapping[int, Mapping[str, Array]], batching: bool
 ) -> tuple[dict[str, dict[int, float]], set[str]]:
     """Name -> batch size -> median seconds per call, over ROUNDS interleaved rounds; and the
-    names stopped early (their medians include the probe calls, all they had)."""
-    probes = {(name, size): _calls(c.runtime, arrays, 3) for name, c in candidates.items()
-              for size, arrays in inputs.items()}  # fmt: skip
+    names stopped early. Probe calls come first, the likeliest winner's first, one call at a
+    time so that a long-call candidate stops at the first that rules it out. The medians of a
+    candidate stopped early, or of one left alone, are of all the calls it had."""
+    probes: dict[tuple[str, int], list[float]] = {}
+    stopped = set[str]()
+    for name in sorted(candidates, key=lambda n: candidates[n].batch1_seconds):
+        probes[name, 1] = list(candidates[name].batch1_calls)
+        for size, arrays in inputs.items():
+            while len(probes.setdefault((name, size), [])) < PROBES and name not in stopped:
+                probes[name, size] += _calls(candidates[name].runtime, arrays, 1)
+                if all((name, s) in probes for s in inputs):
+                    stopped |= hopeless({k: v for k, v in probes.items() if k[0] not in stopped}, batching)
     calls = {key: _per_round(statistics.median(probe)) for key, probe in probes.items()}
     times: dict[tuple[str, int], list[float]] = {key: [] for key in calls}
-    live, stopped = set(candidates), set[str]()
-    for _ in range(ROUNDS):
-        stopped |= _hopeless({k: probes[k] + times[k] for k in calls if k[0] in live}, batching)
+    live = set(candidates) - stopped
+    for _ in range(ROUNDS if len(live) > 1 else 0):
+        stopped |= hopeless({k: probes[k] + times[k] for k in calls if k[0] in live}, batching)
         live -= stopped
         for (name, size), count in calls.items():
             if name in live:
                 times[name, size] += _calls(candidates[name].runtime, inputs[size], count)
     medians: dict[str, dict[int, float]] = {name: {} for name in candidates}
     for (name, size), seconds in times.items():
-        medians[name][size] = statistics.median(seconds if name in live else probes[name, size] + seconds)
+        medians[name][size] = statistics.median(
+            seconds if seconds and name not in stopped else probes[name, size] + seconds
+        )
     return medians, stopped
-
-
-def _hopeless(seen: Mapping[tuple[str, int], list[float]], batching: bool) -> set[str]:
-    """The long-call candidates whose fastest calls already score worse than the leader's medians."""
-    names = {name for name, _ in seen}
-    median = {n: _score({s: statistics.median(v) for (m, s), v in seen.items() if m == n}, batching) for n in names}
-    fastest = {n: _score({s: min(v) for (m, s), v in seen.items() if m == n}, batching) for n in names}
-    leader = min(median, key=median.__getitem__)
-    return {n for n in names if n != leader and min(seen[n, 1]) >= LONG_CALL_S and fastest[n] > median[leader]}
-
-
-def _score(seconds: Mapping[int, float], batching: bool) -> float:
-    """The module docstring's score, from seconds per call by batch size."""
-    size = max(seconds)
-    if size == 1:
-        return seconds[1]
-    per_sample = seconds[size] / size
-    return per_sample if batching else math.sqrt(seconds[1] * per_sample)
 
 
 def _calls(runtime: Runtime, inputs: Mapping[str, Array], count: int) -> list[float]:
@@ -320,12 +304,12 @@ def _per_round(probe: float) -> int:
 
 
 def _trial(name: str, candidate: _Candidate, medians: Mapping[int, float], batching: bool, stopped: bool) -> Trial:
-    batch1, score, size = medians[1] * 1e6, _score(medians, batching) * 1e6, max(medians)
+    batch1, scored, size = medians[1] * 1e6, score(medians, batching) * 1e6, max(medians)
     compiled = round(candidate.compile_seconds, 3)
     if size == 1:
-        return Trial(name, compiled, round(batch1, 1), score_us=round(score, 1), stopped_early=stopped)
+        return Trial(name, compiled, round(batch1, 1), score_us=round(scored, 1), stopped_early=stopped)
     per_sample = medians[size] * 1e6 / size
-    return Trial(name, compiled, round(batch1, 1), size, round(per_sample, 2), round(score, 1), stopped_early=stopped)
+    return Trial(name, compiled, round(batch1, 1), size, round(per_sample, 2), round(scored, 1), stopped_early=stopped)
 
 
 def format_table(trials: tuple[Trial, ...]) -> str:

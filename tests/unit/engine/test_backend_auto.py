@@ -98,6 +98,7 @@ class LongEager(Counted):
         time.sleep(0.03)
         return super().run(inputs)
 
+
 class Warns(EagerRuntime):
     @classmethod
     def compile(cls, module: Module, options: Options) -> object:
@@ -250,8 +251,8 @@ def test_a_candidate_with_long_calls_is_stopped_once_it_cannot_win(digits_module
     assert choice.name == "eager"
     assert rows["long_calls"].stopped_early
     assert not rows["eager"].stopped_early
-    # warm-up (1) + parity (1) + the batch-1 prior (3) + one probe per batch size (3 + 3), no rounds
-    assert LongCalls.runs == 11
+    # warm-up (1) + parity (1) + the batch-1 prior (3, the first probes) + one call at batch 8, no rounds
+    assert LongCalls.runs == 6
     assert rows["long_calls"].score_us is not None
 
 
