@@ -21,7 +21,18 @@ geometric mean of the batch-1 time and the time per sample at N: latency and thr
 alike in ratios (twice as fast at one and twice as slow at the other ties), whatever their
 absolute sizes.
 
-Time spent: every candidate's compile (the bulk; AOTInductor's first compile is so long that
+Only candidates that can win are timed to the end (inferpool.engine.backends.auto_prune).
+Eager is compiled first (nothing to compile; its time is the yardstick); a backend that runs
+eager's kernels and beats it only by their dispatch (static) is not compiled when eager's
+batch-1 call is long enough for the kernels to be the call and another candidate already runs
+it far faster. The likeliest winner is probed first; a candidate whose calls are long (a round
+is one call) is stopped at the first call whose fastest-calls score is worse than the leader's
+median score: more calls could only raise it. Short calls are timed to the end (their fastest
+call says little), and a candidate left alone is not timed in rounds. These spare a
+compute-bound model (ResNet-50) most of its cold start and leave the choice on the small models
+(digits, the MLP) as it was.
+
+Time spent: every compiled candidate's compile (the bulk; AOTInductor's first compile is so long that
 it is timed only when listed) plus about ROUNDS x ROUND_SECONDS per batch size per candidate of
 timing. Figures: docs/BENCHMARKS.md, "Figures moved from the code".
 """
@@ -39,6 +50,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from inferpool.engine.backends import BACKENDS
+from inferpool.engine.backends.auto_prune import cannot_win, hopeless, score
 from inferpool.engine.backends.base import Runtime
 from inferpool.engine.backends.choice_cache import choice_path, read_choice, write_choice
 from inferpool.engine.backends.parity import eager_outputs, first_mismatch
@@ -56,6 +68,8 @@ ROUND_SECONDS = 0.01
 median while all the rounds (ROUNDS x 2 batch sizes x the candidates) stay a small part of a
 startup; the quick candidates' scores differ on the built-in models far beyond a round's noise."""
 MAX_CALLS = 200
+PROBES = 3
+"""Calls per batch size before the rounds, to size them (and to stop a long-call candidate early)."""
 UNBATCHED_N = 8
 """The batch timed beside batch 1 when batching is off: requests that carry several samples."""
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -76,6 +90,9 @@ class Trial:
     per_sample_us: float | None = None
     score_us: float | None = None
     error: str | None = None
+    stopped_early: bool = False
+    """Timing stopped once it could no longer win (the module docstring); its figures are from
+    the calls it had."""
 
 
 @dataclass(frozen=True)
@@ -146,6 +163,13 @@ class _Candidate:
     runtime: Runtime
     compile_seconds: float
     warnings: list[warnings.WarningMessage]
+    batch1_calls: list[float]
+    """A few calls at batch 1 after the parity check: the prior for what to compile next, and
+    the first of its probe calls."""
+
+    @property
+    def batch1_seconds(self) -> float:
+        return statistics.median(self.batch1_calls)
 
 
 def choose(module: InferenceModule, options: RuntimeOptions, backends: Mapping[str, type[Runtime]]) -> BackendChoice:
@@ -154,7 +178,12 @@ def choose(module: InferenceModule, options: RuntimeOptions, backends: Mapping[s
     reference = _eager(module, inputs[1])
     candidates: dict[str, _Candidate] = {}
     skipped: dict[str, Trial] = {}
-    for name, backend in backends.items():
+    for name, backend in sorted(backends.items(), key=lambda item: (item[0] != "eager", item[1].eager_kernels)):
+        reason = cannot_win(backend, {n: c.batch1_seconds for n, c in candidates.items()})
+        if reason is not None:
+            skipped[name] = Trial(name, 0.0, error=reason)
+            log.info("auto: %s %s", name, reason)
+            continue
         started = time.perf_counter()
         try:
             candidates[name] = _try(module, options, backend, reference, inputs[1])
@@ -167,9 +196,10 @@ def choose(module: InferenceModule, options: RuntimeOptions, backends: Mapping[s
     if not candidates:
         reasons = "; ".join(f"{n}: {t.error}" for n, t in skipped.items())
         raise ModelLoadError(f"no backend can serve model {module.name!r} ({reasons}); fix one of them")
-    medians = _time(candidates, inputs)
     batching = options.max_batch_size > 1
-    trials = {name: _trial(name, c, medians[name], batching) for name, c in candidates.items()} | skipped
+    medians, stopped = _time(candidates, inputs, batching)
+    trials = {name: _trial(name, c, medians[name], batching, name in stopped) for name, c in candidates.items()}
+    trials |= skipped
     table = tuple(trials[name] for name in backends)
     chosen = min(candidates, key=lambda name: trials[name].score_us or math.inf)
     for caught in candidates[chosen].warnings:
@@ -201,7 +231,7 @@ def _try(
     wrong = first_mismatch(names, [got[n] for n in names], list(reference.values()), backend.tolerance)
     if wrong is not None:
         raise ModelLoadError(f"its output {wrong!r} disagrees with eager PyTorch on the example inputs")
-    return _Candidate(backend, compiled, runtime, seconds, list(caught))
+    return _Candidate(backend, compiled, runtime, seconds, list(caught), _calls(runtime, inputs, PROBES))
 
 
 def _short(reason: str, limit: int = 300) -> str:
@@ -228,19 +258,36 @@ def _eager(module: InferenceModule, inputs: Mapping[str, Array]) -> dict[str, Ar
 
 
 def _time(
-    candidates: Mapping[str, _Candidate], inputs: Mapping[int, Mapping[str, Array]]
-) -> dict[str, dict[int, float]]:
-    """Name -> batch size -> median seconds per call, over ROUNDS interleaved rounds."""
-    calls = {(name, size): _calls_per_round(c.runtime, arrays) for name, c in candidates.items()
-             for size, arrays in inputs.items()}  # fmt: skip
+    candidates: Mapping[str, _Candidate], inputs: Mapping[int, Mapping[str, Array]], batching: bool
+) -> tuple[dict[str, dict[int, float]], set[str]]:
+    """Name -> batch size -> median seconds per call, over ROUNDS interleaved rounds; and the
+    names stopped early. Probe calls come first, the likeliest winner's first, one call at a
+    time so that a long-call candidate stops at the first that rules it out. The medians of a
+    candidate stopped early, or of one left alone, are of all the calls it had."""
+    probes: dict[tuple[str, int], list[float]] = {}
+    stopped = set[str]()
+    for name in sorted(candidates, key=lambda n: candidates[n].batch1_seconds):
+        probes[name, 1] = list(candidates[name].batch1_calls)
+        for size, arrays in inputs.items():
+            while len(probes.setdefault((name, size), [])) < PROBES and name not in stopped:
+                probes[name, size] += _calls(candidates[name].runtime, arrays, 1)
+                if all((name, s) in probes for s in inputs):
+                    stopped |= hopeless({k: v for k, v in probes.items() if k[0] not in stopped}, batching)
+    calls = {key: _per_round(statistics.median(probe)) for key, probe in probes.items()}
     times: dict[tuple[str, int], list[float]] = {key: [] for key in calls}
-    for _ in range(ROUNDS):
+    live = set(candidates) - stopped
+    for _ in range(ROUNDS if len(live) > 1 else 0):
+        stopped |= hopeless({k: probes[k] + times[k] for k in calls if k[0] in live}, batching)
+        live -= stopped
         for (name, size), count in calls.items():
-            times[name, size] += _calls(candidates[name].runtime, inputs[size], count)
+            if name in live:
+                times[name, size] += _calls(candidates[name].runtime, inputs[size], count)
     medians: dict[str, dict[int, float]] = {name: {} for name in candidates}
     for (name, size), seconds in times.items():
-        medians[name][size] = statistics.median(seconds)
-    return medians
+        medians[name][size] = statistics.median(
+            seconds if seconds and name not in stopped else probes[name, size] + seconds
+        )
+    return medians, stopped
 
 
 def _calls(runtime: Runtime, inputs: Mapping[str, Array], count: int) -> list[float]:
@@ -252,21 +299,17 @@ def _calls(runtime: Runtime, inputs: Mapping[str, Array], count: int) -> list[fl
     return times
 
 
-def _calls_per_round(runtime: Runtime, inputs: Mapping[str, Array]) -> int:
-    probe = statistics.median(_calls(runtime, inputs, 3))
+def _per_round(probe: float) -> int:
     return max(1, min(MAX_CALLS, int(ROUND_SECONDS / max(probe, 1e-7))))
 
 
-def _trial(name: str, candidate: _Candidate, medians: Mapping[int, float], batching: bool) -> Trial:
-    batch1 = medians[1] * 1e6
-    size = max(medians)
+def _trial(name: str, candidate: _Candidate, medians: Mapping[int, float], batching: bool, stopped: bool) -> Trial:
+    batch1, scored, size = medians[1] * 1e6, score(medians, batching) * 1e6, max(medians)
+    compiled = round(candidate.compile_seconds, 3)
     if size == 1:
-        return Trial(name, round(candidate.compile_seconds, 3), round(batch1, 1), score_us=round(batch1, 1))
+        return Trial(name, compiled, round(batch1, 1), score_us=round(scored, 1), stopped_early=stopped)
     per_sample = medians[size] * 1e6 / size
-    score = per_sample if batching else math.sqrt(batch1 * per_sample)
-    return Trial(
-        name, round(candidate.compile_seconds, 3), round(batch1, 1), size, round(per_sample, 2), round(score, 1)
-    )
+    return Trial(name, compiled, round(batch1, 1), size, round(per_sample, 2), round(scored, 1), stopped_early=stopped)
 
 
 def format_table(trials: tuple[Trial, ...]) -> str:
@@ -281,6 +324,6 @@ def format_table(trials: tuple[Trial, ...]) -> str:
             continue
         lines.append(
             f"  {t.backend:14} {t.compile_seconds:9.2f} {cell(t.batch1_us, 1):>10} "
-            f"{cell(t.per_sample_us, 2):>20} {cell(t.score_us, 1):>9}"
+            f"{cell(t.per_sample_us, 2):>20} {cell(t.score_us, 1):>9}{'  stopped early' if t.stopped_early else ''}"
         )
     return "\n".join(lines)

@@ -33,6 +33,11 @@ class Runtime(ABC):
     """The shared artifact starts threads of its own when ``intra_op_threads`` > 1 (an ORT
     session's pool): threads a process forked after ``compile`` does not have."""
 
+    eager_kernels: ClassVar[bool] = False
+    """It runs eager's ATen kernels and beats eager only by their dispatch (static): on a call
+    long enough for the kernels to dominate it cannot beat a backend that beats eager by far, so
+    ``auto`` does not compile it there (inferpool.engine.backends.autoselect)."""
+
     wide_artifact_supported: ClassVar[bool] = False
     """``wide_artifact`` builds an artifact for more intra-op threads in the serving process
     (inferpool.engine.wide: the lane a call running alone in the pod takes)."""

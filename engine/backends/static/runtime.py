@@ -90,6 +90,7 @@ class StaticRuntime(Runtime):
     """Runs the shared :class:`StaticModel` with this runtime's own buffers."""
 
     shared = ("plan", StaticModel)
+    eager_kernels = True
     # The same ATen kernels as eager, but max_pool2d in another layout and relu_ in place.
     tolerance = Tolerance(rtol=1e-4, atol=1e-5)
 

@@ -74,6 +74,31 @@ class CountedToo(Counted):
     pass
 
 
+class LongCalls(EagerRuntime):
+    """Every call long (a round is one call) and slower than eager's: counted, to see it stopped."""
+
+    runs = 0
+
+    def run(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
+        type(self).runs += 1
+        time.sleep(0.03)
+        return super().run(inputs)
+
+
+class EagerKernels(Counted):
+    """Runs eager's kernels (as static does): compiled only where dispatch can matter."""
+
+    eager_kernels = True
+
+
+class LongEager(Counted):
+    """Stands in for eager on a compute-bound model: a batch-1 call past KERNEL_BOUND_S."""
+
+    def run(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
+        time.sleep(0.03)
+        return super().run(inputs)
+
+
 class Warns(EagerRuntime):
     @classmethod
     def compile(cls, module: Module, options: Options) -> object:
@@ -92,6 +117,8 @@ def fakes(monkeypatch):
         "warns": Warns,
         "quick_alone": QuickAlone,
         "quick_in_batches": QuickInBatches,
+        "long_calls": LongCalls,
+        "eager_kernels": EagerKernels,
     }.items():
         monkeypatch.setitem(BACKENDS, name, backend)
     COMPILES.clear()
@@ -213,3 +240,37 @@ def test_with_batching_the_batch_it_forms_decides(digits_module, fakes, max_batc
         else:
             assert row.batch_size == 8
             assert row.score_us == pytest.approx(math.sqrt(row.batch1_us * row.per_sample_us), rel=0.01)
+
+
+def test_a_candidate_with_long_calls_is_stopped_once_it_cannot_win(digits_module, fakes):
+    """Each of its calls takes longer than eager's median: its probe calls already say it
+    cannot win, so it is not timed for the rounds, and the winner is the same."""
+    LongCalls.runs = 0
+    choice = resolve_backend(digits_module, auto("eager", "long_calls"))
+    rows = {t.backend: t for t in choice.trials}
+    assert choice.name == "eager"
+    assert rows["long_calls"].stopped_early
+    assert not rows["eager"].stopped_early
+    # warm-up (1) + parity (1) + the batch-1 prior (3, the first probes) + one call at batch 8, no rounds
+    assert LongCalls.runs == 6
+    assert rows["long_calls"].score_us is not None
+
+
+def test_eager_kernels_are_compiled_where_dispatch_can_win(digits_module, fakes):
+    """digits' eager call is microseconds: its dispatch is the call, so static's kind is timed."""
+    choice = resolve_backend(digits_module, auto("eager", "eager_kernels"))
+    assert COMPILES["EagerKernels"] >= 1
+    assert {t.backend: t.error for t in choice.trials}["eager_kernels"] is None
+
+
+def test_eager_kernels_are_not_compiled_on_a_long_call_another_beats_by_far(digits_module, fakes, monkeypatch):
+    """Eager's call long (the kernels are the call) and another candidate far faster: a backend
+    running eager's kernels cannot win, so it is neither compiled nor timed."""
+    monkeypatch.setitem(BACKENDS, "eager", LongEager)
+    choice = resolve_backend(digits_module, auto("eager_kernels", "counted", "eager"))
+    rows = {t.backend: t for t in choice.trials}
+    assert list(rows) == ["eager_kernels", "counted", "eager"]  # the table keeps the given order
+    assert COMPILES["EagerKernels"] == 0
+    assert rows["eager_kernels"].error is not None
+    assert "eager's kernels" in rows["eager_kernels"].error
+    assert choice.name == "counted"

@@ -146,8 +146,8 @@ def test_a_rebuilt_session_reads_neither_the_torch_weights_nor_eager(tmp_path, m
 def prefer(monkeypatch, winner: str) -> None:
     """auto's timings, rigged so that ``winner`` is fastest."""
 
-    def timed(candidates, inputs):
-        return {name: {size: 1e-6 if name == winner else 1e-3 for size in inputs} for name in candidates}
+    def timed(candidates, inputs, batching):
+        return {name: {size: 1e-6 if name == winner else 1e-3 for size in inputs} for name in candidates}, set()
 
     monkeypatch.setattr(autoselect, "_time", timed)
 
