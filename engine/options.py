@@ -176,8 +176,10 @@ class RuntimeOptions:
 
     auto_backends: tuple[str, ...] = ()
     """``auto`` backend: the backends to try and time at startup; () = ``AUTO_CANDIDATES``
-    (eager, static, onnxruntime: each compiles in about a second or less). Each candidate is
-    compiled, so startup takes as long as all their compiles together: list ``aoti`` (tens of
+    (eager, static, onnxruntime: about a second each for a small model, ~10 s each for a
+    ResNet-50; static is skipped where eager's call is long and another candidate is far faster,
+    inferpool.engine.backends.auto_prune). Each candidate timed is compiled first, so startup
+    takes as long as their compiles together: list ``aoti`` (tens of
     seconds unless ``compile_cache_dir`` already has the package) or ``torchscript`` to have
     them timed too, or set ``backend`` to the winner once you know it. Ignored unless
     ``backend`` is ``auto``."""
