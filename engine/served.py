@@ -218,13 +218,14 @@ class ServedModel:
         rows = max(8, self.options.max_batch_size)
         full = self.module.examples(rows)
         self._call(full)  # warm: a new batch size's first call allocates
+        if self.options.max_batch_size <= 1:
+            self._call(full)  # admission's full-batch figure; no batching to judge, nothing timed here
+            return seconds, None
         times = []
         for _ in range(2):
             started = time.perf_counter()
             self._call(full)
             times.append(time.perf_counter() - started)
-        if self.options.max_batch_size <= 1:
-            return seconds, None
         return seconds, BatchChoice(rows, statistics.median(seconds) * 1e3, min(times) * 1e3)
 
     def time_example_call(self, repeats: int = 5) -> float:

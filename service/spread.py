@@ -161,7 +161,9 @@ class SpreadAcceptor:
             sock.close()
 
     def _consider_shedding(self, protocol: asyncio.Protocol) -> None:
-        if self._shedding is not None or self._closed.is_set():
+        # Shedding needs two connections more than another process holds (at least 0): with one
+        # or none open the shared counts need not be read at all, on every request's head.
+        if self.open < 2 or self._shedding is not None or self._closed.is_set():
             return
         cycle = getattr(protocol, "cycle", None)
         if cycle is None or not cycle.keep_alive:
