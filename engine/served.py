@@ -23,10 +23,11 @@ from inferpool.engine.backends.autoselect import resolve_backend
 from inferpool.engine.backends.base import Runtime
 from inferpool.engine.batch_choice import BatchChoice
 from inferpool.engine.client import ModelInfo, ModelStats
-from inferpool.engine.deadline_floor import floor_ms
+from inferpool.engine.deadline_floor import DeadlineFloor
 from inferpool.engine.dispatch_choice import decide
 from inferpool.engine.errors import (
     ConfigError,
+    DeadlineBelowFloor,
     DeadlineExceeded,
     EngineError,
     InvalidInput,
@@ -80,7 +81,7 @@ class ServedModel:
         """Requests admitted at once (running + queued); more are refused with Overloaded."""
         self.runtimes = RuntimeSet(module.name, backend, compiled, module, options, plan.runtimes, pod)
         self.service_times = ServiceTimes()
-        seed_seconds, self.batch_choice = self._seed_service_times()
+        seed_seconds, full_call, self.batch_choice = self._seed_service_times()
         """For a batched model: whether a request waits for company (inferpool.engine.batch_choice)."""
         self.admission = Admission(self.service_times, plan.runtimes, options.max_batch_size)
         self.pipeline = Pipeline(
@@ -99,8 +100,10 @@ class ServedModel:
             # A process forked later builds its own lane (its threads would stay here), in start().
             self.runtimes.wide = lane if start else None
         del lane
-        self.deadline_floor_ms = floor_ms(seed_seconds, self.wide_choice)
-        """The shortest deadline this model can meet (inferpool.engine.deadline_floor): a shorter one is invalid."""
+        self.deadline_floor = DeadlineFloor.measured(seed_seconds, full_call, self.wide_choice)
+        """The shortest deadline this model can meet per sample count (inferpool.engine.deadline_floor):
+        a shorter one is invalid."""
+        self.deadline_floor_ms = self.deadline_floor.ms()
         # Inline until start(): no thread exists yet, so the process can still fork.
         self.executor: Executor = EXECUTORS["inline"](self.pipeline, self._executor_config())
         self.in_flight = 0
@@ -135,7 +138,8 @@ class ServedModel:
             log.info("model %r: a call alone in the pod runs on %d threads (%s)",
                      self.name, choice.threads, choice.reason)  # fmt: skip
         if forked and self.plan.intra_op_threads > 1:  # the parent timed its calls on one thread
-            self.deadline_floor_ms = min(self.deadline_floor_ms, floor_ms(self._example_call_seconds(repeats=3)))
+            self.deadline_floor = self.deadline_floor.faster(self._example_call_seconds(repeats=3))
+            self.deadline_floor_ms = self.deadline_floor.ms()
         self.executor = EXECUTORS[self.dispatch_mode](self.pipeline, self._executor_config())
         self.accepting = True
 
@@ -207,26 +211,26 @@ class ServedModel:
             call_seconds=self.service_times.predict,
         )
 
-    def _seed_service_times(self) -> tuple[list[float], BatchChoice | None]:
+    def _seed_service_times(self) -> tuple[list[float], tuple[int, float] | None, BatchChoice | None]:
         """Time warm calls at batch 1 and at a full batch (max_batch_size, at least 8), so that
         admission control has the fixed and the per-sample cost before the first request. The
-        batch-1 calls' seconds come back (the deadline floor is their fastest), and for a batched
-        model whether batching can win (inferpool.engine.batch_choice; else None)."""
+        batch-1 calls' seconds come back and the full batch's (rows, fastest seconds): the deadline
+        floor's figures; and for a batched model whether batching can win
+        (inferpool.engine.batch_choice; else None)."""
         seconds = self._example_call_seconds(repeats=3)
         if not all(spec.batched for spec in self.schema.inputs):
-            return seconds, None
+            return seconds, None, None
         rows = max(8, self.options.max_batch_size)
         full = self.module.examples(rows)
         self._call(full)  # warm: a new batch size's first call allocates
-        if self.options.max_batch_size <= 1:
-            self._call(full)  # admission's full-batch figure; no batching to judge, nothing timed here
-            return seconds, None
         times = []
-        for _ in range(2):
+        for _ in range(1 if self.options.max_batch_size <= 1 else 2):  # no batching to judge: one call
             started = time.perf_counter()
             self._call(full)
             times.append(time.perf_counter() - started)
-        return seconds, BatchChoice(rows, statistics.median(seconds) * 1e3, min(times) * 1e3)
+        if self.options.max_batch_size <= 1:
+            return seconds, (rows, times[0]), None
+        return seconds, (rows, min(times)), BatchChoice(rows, statistics.median(seconds) * 1e3, min(times) * 1e3)
 
     def time_example_call(self, repeats: int = 5) -> float:
         """Median seconds of a warm call on the example inputs."""
@@ -308,6 +312,8 @@ class ServedModel:
             budget = deadline - time.monotonic()
             if budget <= 0:
                 raise DeadlineExceeded(f"the request's deadline passed before model {self.name!r} got it")
+            if samples > 1 and budget < self.deadline_floor.seconds(samples):
+                raise DeadlineBelowFloor(samples, self.deadline_floor.ms(samples))
             admission.check(samples, budget)
         admission.enter(samples)
         # Only the event loop touches in_flight, so a plain int is race-free.

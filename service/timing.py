@@ -8,6 +8,7 @@ import re
 import time
 
 from inferpool.engine.client import MIN_FLOOR_MS
+from inferpool.engine.errors import DeadlineBelowFloor
 from inferpool.service.apierror import ApiError
 
 TIMEOUT_HEADER = b"x-request-timeout-ms"
@@ -49,6 +50,14 @@ def _header_ms(header: bytes, floor_ms: int) -> int:
     if value < floor_ms:
         raise ApiError(400, f"X-Request-Timeout-Ms {value} {_below(floor_ms, 1)}", "invalid_input")
     return value
+
+
+def below_floor(exc: DeadlineBelowFloor, parameter: bool) -> ApiError:
+    """The 400 for a request of several samples whose own deadline (the v2 ``timeout`` parameter
+    in µs, else the header in ms) is under the model's floor for that many."""
+    field, unit = ("parameter 'timeout'", 1000) if parameter else ("X-Request-Timeout-Ms", 1)
+    message = f"{field} is below this model's fastest measured call for {exc.samples} samples ({exc.floor_ms} ms)"
+    return ApiError(400, f"{message}; send at least {exc.floor_ms * unit} or omit it", "invalid_input")
 
 
 def _below(floor_ms: int, unit: int) -> str:

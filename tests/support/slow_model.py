@@ -55,3 +55,24 @@ class Late(torch.nn.Module):
 def late_calls() -> ModelSpec:
     spec = build_digits()
     return ModelSpec(Late(), spec.example_inputs, spec.output_names, name="digits")
+
+
+SAMPLE_SECONDS = 0.005
+
+
+class PerSample(torch.nn.Module):
+    """The digits CNN, 5 ms slower per sample in the call: a model whose deadline floor grows with
+    the request's sample count (inferpool.engine.deadline_floor)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.digits = build_digits().module
+
+    def forward(self, image: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        time.sleep(SAMPLE_SECONDS * image.shape[0])
+        return self.digits(image)
+
+
+def per_sample_calls() -> ModelSpec:
+    spec = build_digits()
+    return ModelSpec(PerSample(), spec.example_inputs, spec.output_names, name="digits")

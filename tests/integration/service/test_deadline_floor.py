@@ -12,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from tests.integration.service.conftest import app_client
-from tests.support.slow_model import CALL_SECONDS
+from tests.support.slow_model import CALL_SECONDS, SAMPLE_SECONDS
 
 SAMPLE = [[[0.0] * 8] * 8]
 V2 = {"inputs": [{"name": "image", "datatype": "FP32", "shape": [1, 1, 8, 8], "data": [0.0] * 64}]}
@@ -76,3 +76,47 @@ def test_the_spec_says_the_floor(slow, floor):
     config = spec["paths"]["/v2/models/{name}/config"]["get"]["responses"]["200"]["content"]["application/json"]
     answer = slow.get("/v2/models/digits/config").json()
     jsonschema.validate(answer, config["schema"])
+
+
+@pytest.fixture(scope="module")
+def per_sample() -> Any:
+    with app_client("--model", "tests.support.slow_model:per_sample_calls", "--runtime.backend", "eager") as client:
+        yield client
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_request_of_more_samples_has_a_floor_of_its_own(per_sample, path):
+    # 5 ms a sample: one sample's floor is ~6 ms, eight samples' ~41 ms; a deadline between them
+    # is taken for one sample and refused as invalid for eight, naming the header.
+    one = per_sample.get("/v2/models/digits/config").json()["deadline_floor_ms"]
+    assert SAMPLE_SECONDS * 1e3 <= one < SAMPLE_SECONDS * 1e3 * 3
+    between = one + 10
+    eight: dict[str, Any] = {"inputs": [SAMPLE] * 8}
+    if path.startswith("/v2/"):
+        eight = {"inputs": [{"name": "image", "datatype": "FP32", "shape": [8, 1, 8, 8], "data": [0.0] * 512}]}
+    taken = per_sample.post(path, json=_body(path), headers={"X-Request-Timeout-Ms": str(between)})
+    assert taken.status_code == 200, taken.text
+    refused = per_sample.post(path, json=eight, headers={"X-Request-Timeout-Ms": str(between)})
+    assert refused.status_code == 400, refused.text
+    message = refused.json()["error"]
+    assert message.startswith("X-Request-Timeout-Ms is below this model's fastest measured call for 8 samples ("), (
+        message
+    )
+    needed = int(message.split("send at least ")[1].split()[0])
+    assert needed >= SAMPLE_SECONDS * 1e3 * 8
+    assert per_sample.post(path, json=eight, headers={"X-Request-Timeout-Ms": str(needed * 3)}).status_code == 200
+
+
+def test_a_v2_timeout_under_a_larger_request_s_floor_names_the_parameter(per_sample):
+    eight = {"inputs": [{"name": "image", "datatype": "FP32", "shape": [8, 1, 8, 8], "data": [0.0] * 512}]}
+    answer = per_sample.post("/v2/models/digits/infer", json=eight | {"parameters": {"timeout": 20_000}})
+    assert answer.status_code == 400, answer.text
+    expected = "parameter 'timeout' is below this model's fastest measured call for 8 samples"
+    assert answer.json()["error"].startswith(expected)
+
+
+def test_a_server_default_under_a_larger_request_s_floor_is_a_miss_not_the_caller_s_error():
+    with app_client("--model", "tests.support.slow_model:per_sample_calls", "--runtime.backend", "eager",
+                    "--request-timeout-ms", "20") as client:  # fmt: skip
+        answer = client.post("/predict", json={"inputs": [SAMPLE] * 8})
+        assert answer.status_code == 504, answer.text

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from inferpool.engine.deadline_floor import floor_ms
+from inferpool.engine.deadline_floor import PATH_SECONDS, DeadlineFloor, floor_ms
 from inferpool.engine.wide import WideChoice
 from inferpool.service.apierror import ApiError
 from inferpool.service.timing import at_least_pattern, deadline
@@ -60,7 +60,7 @@ def test_the_pattern_takes_exactly_the_integers_from_the_floor(floor):
 
 def test_the_floor_is_the_fastest_call_rounded_up_to_whole_ms():
     assert floor_ms([0.0071, 0.0062, 0.0080]) == 7
-    assert floor_ms([0.007]) == 7  # float noise (0.007 * 1e3 = 7.000000000000001) is not 8
+    assert floor_ms([0.0068]) == 7  # float noise (0.0068 + 0.0002 s is not exactly 7 ms) is not 8
     assert floor_ms([0.00002]) == 1  # never under 1 ms
     assert floor_ms([0.0201, 0.0203]) == 21
 
@@ -71,3 +71,19 @@ def test_a_wide_lane_that_a_lone_call_may_take_lowers_the_floor():
     # Off, or only for larger calls: a one-sample call never runs on it.
     assert floor_ms([0.0095], WideChoice(2, False, "slower", narrow_ms=9.5, wide_ms=5.2)) == 10
     assert floor_ms([0.0095], WideChoice(2, True, "faster", narrow_ms=9.5, wide_ms=5.2, min_rows=8)) == 10
+
+
+def test_more_samples_raise_the_floor_by_the_full_batch_s_slope():
+    floor = DeadlineFloor.measured([0.0002, 0.0003], full=(8, 0.0009))  # digits on eager: 0.2 ms, 8 in 0.9 ms
+    assert floor.ms(1) == 1
+    assert floor.ms(8) == 2  # 0.9 ms of call and the path around it: 1 ms is missed, 2 is not
+    assert floor.seconds(64) == pytest.approx(0.0002 + 63 * 0.0001 + PATH_SECONDS)
+    flat = DeadlineFloor.measured([0.0095], full=(8, 0.0070))  # a full batch faster than one: no slope below 0
+    assert flat.ms(8) == flat.ms(1) == 10
+    assert DeadlineFloor.measured([0.0095]).ms(32) == 10  # no full batch timed (unbatched inputs)
+
+
+def test_a_forked_process_s_faster_calls_lower_the_floor_but_keep_the_slope():
+    floor = DeadlineFloor.measured([0.010], full=(8, 0.017)).faster([0.006, 0.008])
+    assert floor.one_seconds == 0.006
+    assert floor.per_sample_seconds == pytest.approx(0.001)
