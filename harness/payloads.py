@@ -125,6 +125,12 @@ SENTENCE = "InferPool serves a PyTorch model over HTTP on CPUs, fast and honest 
 """One sentence (~20 tokens: MiniLM's 32-token bucket) for ``config/minilm.toml``'s server."""
 
 
+SENTENCES = [f"{SENTENCE} Variation number {i} of the sixteen." for i in range(16)]
+"""Sixteen sentences in one request: the embedding workload of a batch client."""
+IMAGE = np.random.default_rng(0).random((1, 3, 224, 224), dtype=np.float32)
+"""One 224x224 RGB image for ``loadtest.resnet`` (ResNet-50)."""
+
+
 def digits_json() -> Payload:
     return json_request(DIGIT.astype(int))
 
@@ -151,6 +157,14 @@ def minilm_v2_binary() -> Payload:
     return v2_request("minilm", {"text": [SENTENCE]})
 
 
+def minilm16_json() -> Payload:
+    return json_request(SENTENCES)
+
+
+def resnet50_v2_binary() -> Payload:
+    return v2_request("resnet50", {"image": IMAGE})
+
+
 PAYLOADS: dict[str, Callable[[], Payload]] = {
     "digits-json": digits_json,
     "digits-v2-json": digits_v2_json,
@@ -158,5 +172,7 @@ PAYLOADS: dict[str, Callable[[], Payload]] = {
     "minilm-json": minilm_json,
     "minilm-v2-binary": minilm_v2_binary,
     "minilm-openai": minilm_openai,
+    "minilm16-json": minilm16_json,
+    "resnet50-v2-binary": resnet50_v2_binary,
     "empty": lambda: Payload("/", method="GET"),
 }

@@ -23,7 +23,7 @@ from typing import Any
 from inferpool.harness.procs import CLOCK_TICKS, tree
 from inferpool.harness.server import inferpool_serve, launch
 from loadtest import wrk
-from loadtest.bench_wide import WORKLOADS
+from loadtest.workloads import WORKLOADS
 
 
 def process_cpu_seconds(pid: int) -> float:

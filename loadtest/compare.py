@@ -1,11 +1,18 @@
 """InferPool side by side with the alternatives: same model, same weights, same load, one run.
 
-    python -m loadtest.compare [--duration 6 --warmup 2] [--concurrency 1,8,64] [--pin]
+    python -m loadtest.compare [--workload digits|minilm1|minilm16|resnet50]
+                               [--duration 6 --warmup 2] [--concurrency 1,8,64] [--pin]
                                [--generator python|wrk] [--rounds N]
                                [--only NAME,...] [--litserve-python /tmp/venv-litserve/bin/python]
                                [--out DIR]
 
-Each variant serves ``inferpool.engine.zoo.digits:build`` on a free 127.0.0.1 port and gets the same
+With ``--workload`` other than digits, the variants are those of ``loadtest.workloads``: InferPool
+with no flags (and in one process) against the plain FastAPI server of that model at 1 and 2
+processes of 1 and 2 torch threads (``loadtest.peers.fastapi_models``), at the workload's own
+concurrencies. Every table starts with the bare engine's rate measured in this process first (the
+physical limit) and ends with InferPool's ratio to it and to the best peer at each concurrency.
+
+For digits, each variant serves ``inferpool.engine.zoo.digits:build`` on a free 127.0.0.1 port and gets the same
 closed-loop sweep (one JSON digit per ``POST /predict`` unless the variant says otherwise), from
 ``loadtest.openloop`` or, with ``--generator wrk``, from Debian's wrk (``loadtest.wrk``: a
 fraction of the client CPU per request): InferPool eager, eager + dynamic batching (8),
@@ -35,7 +42,6 @@ import signal
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,17 +49,9 @@ from inferpool.engine import BACKENDS
 from inferpool.harness.payloads import PAYLOADS
 from inferpool.harness.server import REPO_ROOT, Command, inferpool_serve, launch
 from loadtest import openloop, wrk
+from loadtest.workloads import WORKLOADS, Variant, limits, variants_for
 
 SEEN = ("eager", "onnxruntime")  # backends with their own variants above; newer ones get one each
-
-
-@dataclass
-class Variant:
-    name: str
-    argv: Command
-    payload: str = "digits-json"
-    ready_path: str = "/health/ready"
-    env: dict[str, str] | None = None
 
 
 def variants(litserve_python: str | None) -> list[Variant]:
@@ -169,7 +167,9 @@ def table(runs: list[dict[str, Any]], concurrency: list[int]) -> str:
                 continue
             lat = one["latency_ms"]
             bad = one["connection_errors"] + one["rejected_503"] + sum(one["other_status"].values())
-            cells += [f"{one['achieved_rps']:,.0f}" + (f" ({bad} err)" if bad else ""), f"{lat['p50']} / {lat['p99']}"]
+            rps = one["achieved_rps"]
+            shown = f"{rps:,.0f}" if rps >= 100 else f"{rps:.1f}"
+            cells += [shown + (f" ({bad} err)" if bad else ""), f"{lat['p50']} / {lat['p99']}"]
         cells.append(f"{max(r['server_rss_mb'] for r in group.values()):,.0f}")
         cells.append(" / ".join(f"{group[c]['server_cpu_cores']:.2f}" for c in concurrency if c in group))
         cells.append(
@@ -184,13 +184,39 @@ def table(runs: list[dict[str, Any]], concurrency: list[int]) -> str:
     return "\n".join(rows)
 
 
+def limit_line(limit: dict[str, float]) -> str:
+    return (f"bare engine (no HTTP, onnxruntime) {limit['one_stream']} req/s one stream on every core, "
+            f"{limit['every_core']} with every core busy")  # fmt: skip
+
+
+def ratios(runs: list[dict[str, Any]], limit: dict[str, float]) -> str:
+    """InferPool's no-flag server against the best peer at each concurrency, and against the limit
+    (one stream at one connection, every core busy above)."""
+    rates: dict[tuple[str, int], float] = {(r["label"], r["concurrency"]): r["achieved_rps"] for r in runs}
+    lines = []
+    for c in sorted({c for _, c in rates}):
+        ours = rates.get(("InferPool defaults", c))
+        peers = {name: rps for (name, at), rps in rates.items() if at == c and not name.startswith("InferPool")}
+        if ours is None:
+            continue
+        bound = limit["one_stream"] if c == 1 else limit["every_core"]
+        line = f"c={c}: defaults {ours:,.1f} req/s = {ours / bound:.2f}x the limit"
+        if peers:
+            best = max(peers, key=peers.__getitem__)
+            line += f", {ours / max(peers[best], 1e-9):.2f}x the best peer ({best}, {peers[best]:,.1f})"
+        lines.append(line)
+    return "\n".join(lines)
+
+
 def main() -> None:
     # SIGTERM (e.g. from `timeout`) unwinds like Ctrl-C, so the running server is stopped too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--duration", type=float, default=6.0)
     parser.add_argument("--warmup", type=float, default=2.0)
-    parser.add_argument("--concurrency", default="1,8,64")
+    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="digits",
+                        help="what is served and sent (loadtest.workloads); digits has its own peers")  # fmt: skip
+    parser.add_argument("--concurrency", default=None, help="default: the workload's (digits 1,8,64)")
     parser.add_argument("--pin", action="store_true", help="server on CPU 1, generator on CPU 0")
     parser.add_argument("--only", default="", help="comma-separated variant names (substring match)")
     parser.add_argument("--litserve-python", default="/tmp/venv-litserve/bin/python")
@@ -203,14 +229,20 @@ def main() -> None:
         help="closed-loop client: loadtest.openloop (Python) or Debian's wrk (less CPU per request)",
     )  # fmt: skip
     args = parser.parse_args()
-    concurrency = [int(c) for c in args.concurrency.split(",")]
+    workload = WORKLOADS[args.workload]
+    concurrency = [int(c) for c in args.concurrency.split(",")] if args.concurrency else list(workload.concurrency)
     out = args.out or Path(tempfile.mkdtemp(prefix=f"inferpool-compare-{time.strftime('%H%M%S')}-"))
     out.mkdir(parents=True, exist_ok=True)
     runs: list[dict[str, Any]] = []
     if args.tables_from:  # tables and plots again from an earlier run's every round
         runs = json.loads(args.tables_from.read_text())
         concurrency = sorted({run["concurrency"] for run in runs})
-    chosen = variants(args.litserve_python)
+    chosen = variants(args.litserve_python) if args.workload == "digits" else variants_for(args.workload)
+    if args.tables_from:
+        limit = json.loads((args.tables_from.parent / "limit.json").read_text())
+    else:  # in this process, before any server: the bare engine's own rate is the physical limit
+        limit = limits(workload, min(args.duration, 5.0))
+        (out / "limit.json").write_text(json.dumps(limit))
     if args.only:
         wanted = [w.strip().lower() for w in args.only.split(",")]
         chosen = [v for v in chosen if any(w in v.name.lower() for w in wanted)]
@@ -228,9 +260,9 @@ def main() -> None:
             runs += [{**run, "round": round_} for run in found]
             (out / "all_runs.json").write_text(json.dumps(runs, indent=1))  # kept if the run is cut short
     picked = pick_runs(runs, args.pick)
-    text = table(picked, concurrency)
+    text = f"{args.workload}: {limit_line(limit)}\n\n" + table(picked, concurrency) + "\n\n" + ratios(picked, limit)
     suffix = " pinned" if args.pin else ""
-    openloop.write_results(picked, out, f"digits CNN, closed loop{suffix}")
+    openloop.write_results(picked, out, f"{args.workload}, closed loop{suffix}")
     (out / "table.md").write_text(text + "\n")
     print(text)
     print(json.dumps({"results": str(out)}))

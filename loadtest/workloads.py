@@ -1,0 +1,135 @@
+"""The reference workloads, and what each is measured against: the plain FastAPI server at every
+setting a user would try, and the bare engine's own rate (the physical limit).
+
+``digits`` (the 8x8 CNN, one JSON digit), ``minilm1`` / ``minilm16`` (``config/minilm.toml``,
+one or sixteen sentences a request) and ``resnet50`` (``loadtest.resnet``, seeded weights, one
+224x224 image as v2 binary): ``loadtest.compare --workload NAME`` runs InferPool with no flags
+beside the peers of ``variants_for(NAME)`` and prints ``limits(NAME)`` above the table;
+``loadtest.bench_wide`` and ``loadtest.bench_spread`` reuse the table.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from inferpool.harness.payloads import IMAGE, PAYLOADS, SENTENCE, SENTENCES, Payload
+from inferpool.harness.server import REPO_ROOT, Command, inferpool_serve
+
+MINILM = str(REPO_ROOT / "config" / "minilm.toml")
+
+
+@dataclass
+class Variant:
+    """One server of a comparison: its name, command (given a port) and request."""
+
+    name: str
+    argv: Command
+    payload: str = "digits-json"
+    ready_path: str = "/health/ready"
+    env: dict[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class Workload:
+    args: tuple[str, ...]
+    """InferPool's flags for it (the model or config: nothing else, the defaults are the point)."""
+    payload_name: str
+    concurrency: tuple[int, ...]
+    items: int
+    """Items (images, sentences) per request."""
+    source: str
+    handler: str | None = None
+    peer: str | None = None
+    """``loadtest.peers.fastapi_models``' workload serving the same requests (None: digits' own peers)."""
+
+    def payload(self) -> Payload:
+        return PAYLOADS[self.payload_name]()
+
+
+WORKLOADS = {
+    "resnet50": Workload(("--model", "loadtest.resnet:build"), "resnet50-v2-binary", (1, 4, 16), 1,
+                         "loadtest.resnet:build", peer="resnet50"),
+    "minilm16": Workload(("--config", MINILM), "minilm16-json", (1, 4), 16, "inferpool.engine.zoo.minilm:build",
+                         "inferpool.engine.zoo.minilm:MiniLMHandler", peer="minilm"),
+    "minilm1": Workload(("--config", MINILM), "minilm-json", (1, 8, 32), 1, "inferpool.engine.zoo.minilm:build",
+                        "inferpool.engine.zoo.minilm:MiniLMHandler", peer="minilm"),
+    "digits": Workload((), "digits-json", (1, 8, 64), 1, "inferpool.engine.zoo.digits:build"),
+}  # fmt: skip
+
+
+def peer_command(workload: str, workers: int, threads: int) -> Command:
+    module = "loadtest.peers.fastapi_models"
+    extra = ["--workload", workload, "--workers", str(workers), "--threads", str(threads)]
+    return lambda port: [sys.executable, "-m", module, "--port", str(port), *extra]
+
+
+def variants_for(name: str) -> list[Variant]:
+    """InferPool with no flags (and in one process), then the FastAPI peer at 1 and 2 processes
+    of 1 and 2 torch threads each: its strongest setting is one of them, and which one depends on
+    the model (a 20 ms call gains from threads, a 20 µs one only from processes)."""
+    workload = WORKLOADS[name]
+    found = [
+        Variant("InferPool defaults", inferpool_serve(*workload.args), workload.payload_name),
+        Variant("InferPool 1 process", inferpool_serve(*workload.args, "--workers", "1"), workload.payload_name),
+    ]
+    if workload.peer is not None:
+        for workers in (1, 2):
+            for threads in (1, 2):
+                label = f"FastAPI {workers}p x {threads} thread{'s' * (threads > 1)}"
+                found.append(Variant(label, peer_command(workload.peer, workers, threads), workload.payload_name))
+    return found
+
+
+def _inputs(model: Any, workload: Workload) -> Mapping[str, Any]:
+    """The arrays one request's payload becomes (through the handler, for text)."""
+    if workload.peer == "resnet50":
+        return {"image": IMAGE}
+    if model.handler is not None:
+        texts = SENTENCES if workload.items > 1 else [SENTENCE]
+        return dict(model.handler.preprocess(texts)[0])
+    return dict(model.module.examples(1))
+
+
+def _rate(call: Callable[[], object], seconds: float, threads: int = 1) -> float:
+    """Calls per second of ``call`` on ``threads`` threads at once."""
+    counts = [0] * threads
+    stop = time.perf_counter() + seconds
+
+    def loop(index: int) -> None:
+        while time.perf_counter() < stop:
+            call()
+            counts[index] += 1
+
+    workers = [threading.Thread(target=loop, args=(i,)) for i in range(threads)]
+    started = time.perf_counter()
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    return sum(counts) / (time.perf_counter() - started)
+
+
+def limits(workload: Workload, seconds: float) -> dict[str, float]:
+    """Requests/s of the bare engine (onnxruntime, as the defaults serve these), in this process and
+    without HTTP: one stream on every core, and every core busy with single-thread runtimes."""
+    from inferpool.engine import RuntimeOptions, ServedModel  # torch: only for the limit
+    from inferpool.engine.threads import usable_cpus
+
+    cpus = usable_cpus()
+    options = RuntimeOptions(backend="onnxruntime", lend_idle_cores="off", warmup_iters=1)
+    wide = ServedModel.load(
+        workload.source, RuntimeOptions(backend="onnxruntime", intra_op_threads=cpus, num_runtimes=1, warmup_iters=1),
+        handler=workload.handler,
+    )  # fmt: skip
+    arrays = _inputs(wide, workload)
+    one_stream = _rate(lambda: wide.call(arrays), seconds)
+    wide.close()
+    narrow = ServedModel.load(workload.source, options, handler=workload.handler)
+    every_core = _rate(lambda: narrow.call(arrays), seconds, threads=cpus)
+    narrow.close()
+    return {"one_stream": round(one_stream, 1), "every_core": round(every_core, 1)}
