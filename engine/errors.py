@@ -81,22 +81,23 @@ class PredictedWaitExceeded(Overloaded):
     reason = "predicted_wait"
 
 
-class DeadlineBelowFloor(InvalidInput):
-    """The request's own deadline is shorter than the model's fastest call for its sample count
-    (inferpool.engine.deadline_floor): it can never be met. The front end names the field the
-    deadline came from, or answers as DeadlineExceeded when it was not the caller's (a default)."""
-
-    def __init__(self, samples: int, floor_ms: int) -> None:
-        super().__init__(f"the deadline is below this model's fastest call for {samples} samples ({floor_ms} ms)")
-        self.samples = samples
-        self.floor_ms = floor_ms
-
-
 class DeadlineExceeded(EngineError):
     """The request's deadline passed: while queued (it never ran) or while running (the
     caller stopped waiting; the run finished in the background)."""
 
     reason = "deadline"
+
+
+class DeadlineBelowFloor(DeadlineExceeded):
+    """The request's deadline is shorter than the model's fastest call for its sample count
+    (inferpool.engine.deadline_floor): it can never be met, so it is answered at once, without
+    running. A 504 and not a 400: the spec's floor is a one-sample request's (a header's schema
+    cannot depend on the body), and a request the spec calls valid is not refused as invalid."""
+
+    def __init__(self, samples: int, floor_ms: int) -> None:
+        super().__init__(f"the deadline is below this model's fastest call for {samples} samples ({floor_ms} ms)")
+        self.samples = samples
+        self.floor_ms = floor_ms
 
 
 def import_optional(package: str, needed_by: str, install: str) -> Any:

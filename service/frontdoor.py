@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from inferpool.engine.client import EngineClient
-from inferpool.engine.errors import DeadlineBelowFloor, DeadlineExceeded, Overloaded
+from inferpool.engine.errors import DeadlineBelowFloor, Overloaded
 from inferpool.service.logs import model_served
 from inferpool.service.metrics import Inference, Labels, Metrics
 from inferpool.service.timing import below_floor, deadline
@@ -148,14 +148,13 @@ class FrontDoor:
         ``received``/``parsed`` when the body began to arrive and when it was decoded."""
         model = served.model
         when = deadline(timeout, self.timeout_ms, timeout_ms, floor_ms=model.deadline_floor_ms)
-        own = timeout is not None or timeout_ms is not None  # the caller's field, not the server's default
+        field = "parameter 'timeout'" if timeout_ms is not None else "X-Request-Timeout-Ms" if timeout else None
         if remaining is not None and (when is None or time.monotonic() + remaining < when):
-            when, own = time.monotonic() + remaining, False  # a gRPC channel's deadline: missed, as ever
+            when, field = time.monotonic() + remaining, None  # a gRPC channel's own deadline
         try:
             prediction = await model.infer(inputs, when, rid)
-        except DeadlineBelowFloor as exc:
-            # A request of more samples than one: its floor is known once they are counted.
-            raise (below_floor(exc, parameter=timeout_ms is not None) if own else DeadlineExceeded(str(exc))) from None
+        except DeadlineBelowFloor as exc:  # a request of more samples than one: its floor, once counted
+            raise below_floor(exc, field) from None
         encoding = time.perf_counter()
         body = encode(served, prediction.outputs, decoded)
         encoded = time.perf_counter()

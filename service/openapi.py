@@ -146,8 +146,9 @@ def timeout_parameter(floor_ms: int = MIN_TIMEOUT_MS) -> dict[str, Any]:
         "description": f"This request's deadline: an unsigned integer of milliseconds, {floor_ms} or more (the "
         "model's fastest call measured at start-up, rounded up: `deadline_floor_ms` at /v2/models/{name}/config), "
         "without leading zeros (default: request_timeout_ms); anything else (0, 0.5, 1e3, +5, or under the floor) "
-        "is a 400, and so is one under the floor of a request of more samples (the full batch's per-sample time "
-        "added). Past it the answer is a 504; a request the queue ahead would make late is refused at once with "
+        "is a 400. A request of more samples has a floor of its own (the full batch's per-sample time added): under "
+        "it the answer is a 504 at once, without running. Past it the answer is a 504; a request the queue ahead "
+        "would make late is refused at once with "
         "a 503.",
         # A string with a pattern, not an integer: a header is text, and a validator reading "250"
         # against an integer schema calls it invalid (schemathesis does).

@@ -179,8 +179,8 @@ def describe_v2_infer(served: Served) -> dict[str, Any]:
                         "minimum": floor_us,
                         "maximum": _JSON_INT_MAX,
                         "description": f"Deadline in µs, {floor_us} or more (the model's fastest call at start-up, "
-                        "in whole ms: deadline_floor_ms at /v2/models/{name}/config); a shorter one is a 400, as "
-                        "is one under the floor of a request of more samples.",
+                        "in whole ms: deadline_floor_ms at /v2/models/{name}/config); a shorter one is a 400; one "
+                        "under the larger floor of a request of more samples is a 504 at once.",
                     },
                     "binary_data_output": {"type": "boolean", "description": "All outputs as binary data."},
                 },

@@ -8,7 +8,7 @@ import re
 import time
 
 from inferpool.engine.client import MIN_FLOOR_MS
-from inferpool.engine.errors import DeadlineBelowFloor
+from inferpool.engine.errors import DeadlineBelowFloor, DeadlineExceeded
 from inferpool.service.apierror import ApiError
 
 TIMEOUT_HEADER = b"x-request-timeout-ms"
@@ -52,12 +52,15 @@ def _header_ms(header: bytes, floor_ms: int) -> int:
     return value
 
 
-def below_floor(exc: DeadlineBelowFloor, parameter: bool) -> ApiError:
-    """The 400 for a request of several samples whose own deadline (the v2 ``timeout`` parameter
-    in µs, else the header in ms) is under the model's floor for that many."""
-    field, unit = ("parameter 'timeout'", 1000) if parameter else ("X-Request-Timeout-Ms", 1)
-    message = f"{field} is below this model's fastest measured call for {exc.samples} samples ({exc.floor_ms} ms)"
-    return ApiError(400, f"{message}; send at least {exc.floor_ms * unit} or omit it", "invalid_input")
+def below_floor(exc: DeadlineBelowFloor, field: str | None) -> DeadlineExceeded:
+    """The 504, at once, for a request of several samples whose deadline is under the model's
+    floor for that many, naming where the deadline came from: the v2 ``timeout`` parameter (µs),
+    the header (ms), or None (the server's own ``request_timeout_ms``, a gRPC channel's)."""
+    unit = 1000 if field == "parameter 'timeout'" else 1
+    sent = f"{field} is" if field else "the deadline is"
+    advice = f"; send at least {exc.floor_ms * unit} or omit it" if field else ""
+    return DeadlineExceeded(f"{sent} below this model's fastest measured call for {exc.samples} samples "
+                            f"({exc.floor_ms} ms): answered at once, without running{advice}")  # fmt: skip
 
 
 def _below(floor_ms: int, unit: int) -> str:
