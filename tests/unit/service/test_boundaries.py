@@ -19,10 +19,10 @@ FRONT = (
     "inferpool.engine.errors",
     "inferpool.service.app",
     "inferpool.service.frontdoor",
-    "inferpool.service.routes.predict",
-    "inferpool.service.routes.v2",
-    "inferpool.service.routes.openai",
-    "inferpool.service.grpc_v2.servicer",
+    "inferpool.service.http.routes.predict",
+    "inferpool.service.http.routes.v2",
+    "inferpool.service.http.routes.openai",
+    "inferpool.service.grpc.servicer",
 )
 
 

@@ -13,12 +13,12 @@ import grpc
 import pytest
 from tritonclient.grpc import service_pb2 as triton
 
-from inferpool.service import control
 from inferpool.service.apierror import ApiError
 from inferpool.service.errors import ErrorAnswer
-from inferpool.service.grpc_v2 import inference_pb2 as pb
-from inferpool.service.grpc_v2.repository import Repository
-from inferpool.service.grpc_v2.status import Refused, code_of
+from inferpool.service.grpc import inference_pb2 as pb
+from inferpool.service.grpc.repository import Repository
+from inferpool.service.grpc.status import Refused, code_of
+from inferpool.service.processes import control
 
 CONFIG = '{"runtime": {"num_runtimes": 1}}'
 

@@ -9,10 +9,10 @@ import pytest
 
 from inferpool.config import Settings
 from inferpool.engine import ConfigError, RuntimeOptions
-from inferpool.service import plans as plans_module
-from inferpool.service.budget import OverBudget, pool_plans
-from inferpool.service.desk import Desk, Refused
-from inferpool.service.plans import plans, sized, startup_plans
+from inferpool.service.models import plans as plans_module
+from inferpool.service.models.budget import OverBudget, pool_plans
+from inferpool.service.models.desk import Desk, Refused
+from inferpool.service.models.plans import plans, sized, startup_plans
 
 CPUS = 4
 
