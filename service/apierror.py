@@ -61,7 +61,7 @@ def error_body_for(
 def closing_head(status: HTTPStatus, length: int, *, retry_after: bool) -> bytes:
     """The raw HTTP/1.1 head of a JSON answer of ``length`` bytes after which the connection
     closes: for answers written where no ASGI app runs (before uvicorn parses a request:
-    service/http/protocol.py; while no serving process listens: service/processes/standby.py)."""
+    service/http/protocol.py; while no serving process listens: service/processes/backlog_answers.py)."""
     extra = b"retry-after: 1\r\n" if retry_after else b""
     return (b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n%sconnection: close\r\n\r\n"
             % (status, status.phrase.encode(), length, extra))  # fmt: skip

@@ -18,7 +18,7 @@ from inferpool.service.apierror import ApiError
 from inferpool.service.errors import ErrorAnswer
 from inferpool.service.grpc import inference_pb2 as pb
 from inferpool.service.grpc.status import Refused
-from inferpool.service.processes.control import Control, Message, control_for
+from inferpool.service.processes.supervisor_channel import Control, Message, control_for
 
 
 class Repository:

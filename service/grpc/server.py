@@ -25,7 +25,7 @@ from inferpool.service.auth import ApiKey
 from inferpool.service.frontdoor import FrontDoor
 from inferpool.service.grpc.native import NativeFrontEnd
 from inferpool.service.grpc.servicer import SERVICE, Servicer
-from inferpool.service.processes.control import Control
+from inferpool.service.processes.supervisor_channel import Control
 from inferpool.service.telemetry.observe import Observer
 
 if TYPE_CHECKING:  # config imports the engine's backends (torch); this only reads it

@@ -32,7 +32,7 @@ from inferpool.service.grpc import inference_pb2 as pb
 from inferpool.service.grpc import tensors
 from inferpool.service.grpc.repository import Repository
 from inferpool.service.grpc.status import Refused, code_of, status_of
-from inferpool.service.processes.control import Control
+from inferpool.service.processes.supervisor_channel import Control
 from inferpool.service.telemetry.metrics import Inference
 from inferpool.service.telemetry.observe import Observer
 from inferpool.service.v2.codec import metadata
@@ -154,7 +154,7 @@ class Servicer:
                 if self.observer is not None:
                     metadata = context.invocation_metadata() or ()
                     self.observer.rpc(name, code, metadata, started, ended, _inference.get(), request, response)
-                # Closing without a drain: retired (service/processes/retire.py), which the supervisor says
+                # Closing without a drain: retired (service/processes/retiring_server.py), which the supervisor says
                 # before it answers a load or unload this process asked. HTTP answers then say
                 # Connection: close; gRPC's counterpart is to stop taking calls (GOAWAY), so that
                 # the caller's next call goes to a process that serves the new set.

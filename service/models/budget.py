@@ -8,7 +8,7 @@ refused with the numbers and what to lower, unless ``runtime.oversubscribe`` say
 the budget anyway (every pool then gets one CPU at least). The config's models alone keep the
 behaviour they always had (at least one runtime each, however many share the CPUs); a model
 repository's sets, which change while serving, are held to the budget at start and at every
-load (inferpool.service.models.plans.sized, inferpool.service.models.desk).
+load (inferpool.service.models.plans.sized, inferpool.service.models.repository_calls).
 """
 
 from __future__ import annotations

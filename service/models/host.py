@@ -31,7 +31,7 @@ from inferpool.service.models.plans import repository_plans as repository_plans
 from inferpool.service.models.plans import settings_shares as settings_shares
 from inferpool.service.models.plans import sized as sized
 from inferpool.service.models.plans import startup_plans as startup_plans
-from inferpool.service.processes.board import READY, ProcessBoard
+from inferpool.service.processes.process_states import READY, ProcessBoard
 from inferpool.service.readiness import Readiness
 from inferpool.service.telemetry.logs import model_served
 

@@ -113,7 +113,7 @@ class Closer:
         _attach(self.listener, SO_ATTACH_REUSEPORT_CBPF, [_ret(1)])  # every new SYN: a full queue
 
     def _answer_strays(self, plug: socket.socket) -> None:
-        from inferpool.service.processes.standby import StandbyServer  # standby imports this module
+        from inferpool.service.processes.backlog_answers import StandbyServer  # standby imports this module
 
         server = StandbyServer(plug, Readiness.STOPPING)
         server.timeout = 0.05

@@ -15,7 +15,7 @@ connection by that much at most.
 Accepting evenly cannot see the future: a connection that closes right after the others arrive (a
 client's probe, a health check) leaves its process with fewer. So a process holding more than one
 connection over another's sheds one: its next answer says ``Connection: close`` (as a retiring
-process's do, inferpool.service.processes.retire), the client reconnects, and the accept rule places the new
+process's do, inferpool.service.processes.retiring_server), the client reconnects, and the accept rule places the new
 connection on the process with fewer. One shed at a time, and only on HTTP/1.1 keep-alive
 connections, whose clients reconnect by the protocol's rules.
 
@@ -33,7 +33,7 @@ import socket
 import struct
 from typing import Any
 
-from inferpool.service.processes.board import READY, ProcessBoard
+from inferpool.service.processes.process_states import READY, ProcessBoard
 
 log = logging.getLogger(__name__)
 _SLOT = struct.Struct("q")

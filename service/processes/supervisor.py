@@ -14,14 +14,14 @@ while it holds no more than the others (inferpool.service.processes.spread: left
 first to wake took every connection queued at that moment). The ProcessBoard, shared memory made
 before the fork, tells each process whether all the others are ready and whether a drain has
 begun. On SIGTERM or SIGINT: the board says "draining" (every process's readiness turns 503 at
-once), each process drains (inferpool.service.processes.server), and what is left in the listen backlog gets a
-503 from the standby server before the socket closes (inferpool.service.processes.standby). A process that dies is
-replaced by a new fork of the same loaded state.
+once), each process drains (processes/drain.py), and what is left in the listen backlog gets a
+503 from the standby server before the socket closes (processes/backlog_answers.py). A process
+that dies is replaced by a new fork of the same loaded state.
 
-With a model repository, the model set changes here too (inferpool.service.processes.changes): the supervisor
-loads the new set beside the old, then replaces the serving processes one at a time; each
-process asks for a change, and says it is ready, over a socket pair made before its fork
-(inferpool.service.processes.control).
+With a model repository, the model set changes here too: the supervisor's ``ModelSwap``
+(processes/model_swap.py) loads the new set beside the old, then replaces the serving processes
+one at a time; each process asks for a change, and says it is ready, over a socket pair made
+before its fork (processes/supervisor_channel.py).
 """
 
 from __future__ import annotations
@@ -40,13 +40,13 @@ from prometheus_client import Counter, multiprocess
 
 from inferpool.config import Settings
 from inferpool.engine.errors import EngineError
-from inferpool.service.models.desk import Desk
 from inferpool.service.models.host import ModelHost
-from inferpool.service.processes import control
-from inferpool.service.processes.board import DOWN, ProcessBoard
-from inferpool.service.processes.changes import SIGNALS, Changes
+from inferpool.service.models.repository_calls import Desk
+from inferpool.service.processes import supervisor_channel
+from inferpool.service.processes.backlog_answers import Standby, answer_backlog
+from inferpool.service.processes.model_swap import SIGNALS, Changes
+from inferpool.service.processes.process_states import DOWN, ProcessBoard
 from inferpool.service.processes.spread import ConnectionCounts
-from inferpool.service.processes.standby import Standby, answer_backlog
 from inferpool.service.readiness import Readiness
 
 log = logging.getLogger(__name__)
@@ -121,7 +121,7 @@ class Supervisor(Changes):
         (the slot stays as it is on the board meanwhile: the pod stays ready)."""
         if not replacing:
             self.board.mark(slot, DOWN)
-        ours, theirs = control.pair()
+        ours, theirs = supervisor_channel.pair()
         pid = os.fork()
         if pid == 0:  # the serving process: never returns into the supervisor's stack
             code = 1
@@ -141,7 +141,7 @@ class Supervisor(Changes):
 
     def _serve(self, slot: int, listener: socket.socket, host: ModelHost, channel: socket.socket) -> int:
         from inferpool.service.app import create_app
-        from inferpool.service.processes.retire import RetiringServer
+        from inferpool.service.processes.retiring_server import RetiringServer
 
         # Its own process group: a terminal's Ctrl-C reaches only the supervisor, which then
         # drains every process once (a second signal would skip the drain).
@@ -149,7 +149,7 @@ class Supervisor(Changes):
         _die_with_parent()
         signal.pthread_sigmask(signal.SIG_SETMASK, set())
         host.join(self.board, slot)
-        calls = control.Control(channel, self.settings.model_control_mode)
+        calls = supervisor_channel.Control(channel, self.settings.model_control_mode)
         host.announce = calls.announce
         app = create_app(self.settings, host)
         app.state.control = calls if self.settings.model_repository is not None else None

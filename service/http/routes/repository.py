@@ -1,8 +1,9 @@
 """The model repository API, as Triton speaks it: index, load, unload.
 
 A serving process cannot change the model set alone (every process must serve the same one),
-so each call goes to the supervisor over the process's control channel (inferpool.service.processes.control) and
-its answer comes back as is; a load or unload answers once every process serves the new set.
+so each call goes to the supervisor over the process's control channel
+(inferpool.service.processes.supervisor_channel) and its answer comes back as is; a load or
+unload answers once every process serves the new set.
 The routes need the API key whenever one is set (inferpool.config.settings refuses to exempt them);
 load and unload answer 403 unless model_control_mode is 'explicit'.
 """
@@ -17,7 +18,7 @@ from fastapi import APIRouter, Request, Response
 from inferpool.service.apierror import ApiError
 from inferpool.service.errors import ERROR_RESPONSES, documented_error
 from inferpool.service.http.codec import json_response
-from inferpool.service.processes.control import Control, control_for
+from inferpool.service.processes.supervisor_channel import Control, control_for
 
 RESPONSES: dict[int | str, dict[str, Any]] = {
     400: documented_error("The model cannot be loaded (the reason says why); what served keeps serving."),

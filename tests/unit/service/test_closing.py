@@ -9,8 +9,8 @@ import socket
 
 import pytest
 
+from inferpool.service.processes.backlog_answers import answer_backlog
 from inferpool.service.processes.closing import Closer
-from inferpool.service.processes.standby import answer_backlog
 
 NOT_ESTABLISHED_SECONDS = 0.3  # the kernel retransmits a dropped SYN after 1 s
 

@@ -11,8 +11,8 @@ from inferpool.config import Settings
 from inferpool.engine import ConfigError, RuntimeOptions
 from inferpool.service.models import plans as plans_module
 from inferpool.service.models.budget import OverBudget, pool_plans
-from inferpool.service.models.desk import Desk, Refused
 from inferpool.service.models.plans import plans, sized, startup_plans
+from inferpool.service.models.repository_calls import Desk, Refused
 
 CPUS = 4
 

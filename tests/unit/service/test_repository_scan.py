@@ -10,9 +10,9 @@ from pydantic import ValidationError
 
 from inferpool.config import Settings
 from inferpool.engine import ConfigError
-from inferpool.service.models.desk import Desk, Refused
 from inferpool.service.models.host import plans, repository_plans, startup_plans
 from inferpool.service.models.repository import scan
+from inferpool.service.models.repository_calls import Desk, Refused
 
 
 def version(root: Path, model: str, number: int | str, config: str | None = None, archive: bool = True) -> Path:

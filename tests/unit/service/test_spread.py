@@ -7,7 +7,7 @@ import asyncio
 import socket
 from types import SimpleNamespace
 
-from inferpool.service.processes.board import DOWN, READY, ProcessBoard
+from inferpool.service.processes.process_states import DOWN, READY, ProcessBoard
 from inferpool.service.processes.spread import CLOSED, ConnectionCounts, SpreadAcceptor
 
 

@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from inferpool.service.apierror import closing_error
-from inferpool.service.processes.standby import Standby
+from inferpool.service.processes.backlog_answers import Standby
 from inferpool.service.readiness import Readiness
 
 

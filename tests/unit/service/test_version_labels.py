@@ -8,7 +8,7 @@ import logging
 
 import orjson
 
-from inferpool.service.processes.board import DOWN, READY, ProcessBoard
+from inferpool.service.processes.process_states import DOWN, READY, ProcessBoard
 from inferpool.service.telemetry.logs import FORMATTERS, RequestIdFilter, model_served
 from inferpool.service.telemetry.metrics import Inference, Metrics
 

@@ -5,7 +5,7 @@ load balancer's next probe meets "connection refused" and a keep-alive client ca
 request cut. Here the first SIGTERM (or SIGINT) only starts a drain: readiness answers 503 at
 once, new requests get a clean 503 with Retry-After and ``Connection: close``, everything
 already accepted finishes (up to ``drain_seconds``). Then the process stops accepting (the
-supervisor answers what is still queued, inferpool.service.processes.standby), lets keep-alive connections end
+supervisor answers what is still queued, inferpool.service.processes.backlog_answers), lets keep-alive connections end
 after their next answer, and uvicorn's own shutdown runs; the process exits 0. A second
 signal skips the drain.
 """

@@ -1,6 +1,6 @@
 """A serving process that can be retired: replaced by a newer one without refusing anything.
 
-The drain on SIGTERM (inferpool.service.processes.server) answers new requests 503, which is right when the pod
+The drain on SIGTERM (inferpool.service.processes.drain) answers new requests 503, which is right when the pod
 goes away but wrong when only its model set changes: here the process keeps serving every
 request that reaches it, and only stops taking new connections (the processes that replace
 it, forked from the updated supervisor, take them from the shared listening socket). Every
@@ -21,9 +21,9 @@ import uvicorn
 
 from inferpool.service.frontdoor import Activity
 from inferpool.service.models.host import ModelHost
-from inferpool.service.processes.control import Control
-from inferpool.service.processes.server import POLL_SECONDS, DrainingServer
+from inferpool.service.processes.drain import POLL_SECONDS, DrainingServer
 from inferpool.service.processes.spread import ConnectionCounts
+from inferpool.service.processes.supervisor_channel import Control
 
 log = logging.getLogger(__name__)
 

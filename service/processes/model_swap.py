@@ -1,13 +1,13 @@
 """The supervisor's half of a model change: load beside what serves, then replace the
 serving processes one at a time, then close what is gone.
 
-A load, unload or rescan becomes the full list of models to serve (inferpool.service.models.desk). The
+A load, unload or rescan becomes the full list of models to serve (inferpool.service.models.repository_calls). The
 supervisor loads and warms what is new in its own process while the serving processes go on
 serving the old set (fork-safe, as at start: no thread, one intra-op thread); a model that
 fails to load, check or warm leaves everything as it was and answers the call with why. Then
 each serving process in turn is replaced by a fork of the updated supervisor, which shares its
 weights: the new one starts and says it is ready, and only then the old one is retired
-(inferpool.service.processes.retire: it stops taking connections and finishes what it holds). The process that
+(inferpool.service.processes.retiring_server: it stops taking connections and finishes what it holds). The process that
 asked goes last and gets its answer once every process serves the new set; the models no
 process serves any more are closed first (so that no new process inherits them), and their
 memory goes back to the system as the old processes exit.
@@ -28,10 +28,10 @@ from functools import partial
 from typing import Any
 
 from inferpool.engine.errors import EngineError
-from inferpool.service.models.desk import Desk, Refused
 from inferpool.service.models.host import ModelHost
 from inferpool.service.models.plans import ModelPlan
-from inferpool.service.processes import control
+from inferpool.service.models.repository_calls import Desk, Refused
+from inferpool.service.processes import supervisor_channel
 
 log = logging.getLogger(__name__)
 SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGCHLD}
@@ -46,10 +46,10 @@ class Changes:
     desk: Desk | None
 
     def _init_changes(self) -> None:
-        self.channels: dict[int, socket.socket] = {}  # pid -> the supervisor's end (processes/control.py)
+        self.channels: dict[int, socket.socket] = {}  # pid -> the supervisor's end (supervisor_channel.py)
         self.ready: set[int] = set()  # processes that said their models have started
         self.retired: set[int] = set()  # replaced by a newer process, finishing what they hold
-        self.pending: list[tuple[int, control.Message]] = []  # calls not answered yet, in order
+        self.pending: list[tuple[int, supervisor_channel.Message]] = []  # calls not answered yet, in order
         self.stop_requested = False  # a signal came while a change was under way
         self.next_scan = time.monotonic() + self.settings.repository_poll_seconds
         self.failed_scan: list[tuple[ModelPlan, tuple[int, int]]] | None = None  # retried once it changes
@@ -65,7 +65,7 @@ class Changes:
         by_socket = {sock: pid for pid, sock in self.channels.items()}
         readable, _, _ = select.select(list(by_socket), [], [], timeout)
         for sock in readable:
-            message = control.receive(sock)
+            message = supervisor_channel.receive(sock)
             if message is None:
                 continue  # the process exited: reaped, and its channel closed, with it
             if message.get("op") == "ready":
@@ -73,7 +73,9 @@ class Changes:
             else:
                 self.pending.append((by_socket[sock], message))
 
-    def _answer_call(self, pid: int, message: control.Message, listener: socket.socket, host: ModelHost) -> None:
+    def _answer_call(
+        self, pid: int, message: supervisor_channel.Message, listener: socket.socket, host: ModelHost
+    ) -> None:
         assert self.desk is not None
         op, name = message.get("op"), str(message.get("name", ""))
         try:
@@ -149,7 +151,7 @@ class Changes:
             if fresh not in self.ready:
                 return "a new serving process exited while starting: some processes serve the old models (see the log)"
             self.retired.add(pid)
-            control.send(self.channels[pid], {"op": "retire"})
+            supervisor_channel.send(self.channels[pid], {"op": "retire"})
         # Not waiting for the retired to exit: one may hold a call of its own (answered after
         # this change), and it would only exit after drain_seconds.
         return None
@@ -181,7 +183,7 @@ class Changes:
 
     def _reply(self, pid: int | None, status: int, body: Any) -> None:
         if pid is not None and pid in self.channels:
-            control.send(self.channels[pid], {"status": status, "body": body})
+            supervisor_channel.send(self.channels[pid], {"status": status, "body": body})
 
 
 def _same(plans: list[ModelPlan], others: list[ModelPlan]) -> bool:

@@ -5,7 +5,7 @@ arrives whole, in order, with no framing of ours. The process says ``ready`` onc
 have started, and asks the repository calls (``index``, ``load``, ``unload``), which the
 supervisor answers with ``{"status": ..., "body": ...}``. The supervisor tells a process it
 is replaced with ``retire``: sent before the answer to a call that process asked, so that the
-call's own answer already closes its connection (service/processes/retire.py).
+call's own answer already closes its connection (service/processes/retiring_server.py).
 """
 
 from __future__ import annotations
