@@ -32,7 +32,7 @@ class Refused(Exception):
         self.status = status
 
 
-class Desk:
+class RepositoryCalls:
     def __init__(self, settings: Settings, planned: list[ModelPlan]) -> None:
         assert settings.model_repository is not None
         self.settings = settings

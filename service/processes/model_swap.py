@@ -25,66 +25,68 @@ import socket
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inferpool.engine.errors import EngineError
 from inferpool.service.models.host import ModelHost
 from inferpool.service.models.plans import ModelPlan
-from inferpool.service.models.repository_calls import Desk, Refused
+from inferpool.service.models.repository_calls import Refused, RepositoryCalls
 from inferpool.service.processes import supervisor_channel
+
+if TYPE_CHECKING:
+    from inferpool.service.processes.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGCHLD}
 START_SECONDS = 120.0  # a process forked with a new model set must be ready within this
 
 
-class Changes:
-    """Mixed into the Supervisor, whose processes and board it works with."""
+class ModelSwap:
+    """The supervisor's model changes, when it serves a repository: it holds one, and its watch
+    hands it what the processes sent (``listen``) and lets it answer (``answer``); a change forks
+    and reaps through the supervisor, whose processes it replaces."""
 
-    children: dict[int, tuple[int, float]]
-    settings: Any
-    desk: Desk | None
-
-    def _init_changes(self) -> None:
-        self.channels: dict[int, socket.socket] = {}  # pid -> the supervisor's end (supervisor_channel.py)
-        self.ready: set[int] = set()  # processes that said their models have started
-        self.retired: set[int] = set()  # replaced by a newer process, finishing what they hold
+    def __init__(self, supervisor: Supervisor, repository: RepositoryCalls, next_scan: float) -> None:
+        self.supervisor = supervisor
+        self.settings = supervisor.settings
+        self.repository = repository
         self.pending: list[tuple[int, supervisor_channel.Message]] = []  # calls not answered yet, in order
         self.stop_requested = False  # a signal came while a change was under way
-        self.next_scan = time.monotonic() + self.settings.repository_poll_seconds
+        self.next_scan = next_scan  # poll mode's first scan (time.monotonic)
         self.failed_scan: list[tuple[ModelPlan, tuple[int, int]]] | None = None  # retried once it changes
 
-    def _spawn(self, slot: int, listener: socket.socket, host: ModelHost, replacing: bool = False) -> int:
-        raise NotImplementedError
-
-    def _reap(self, listener: socket.socket, host: ModelHost) -> str:
-        raise NotImplementedError
-
-    def _listen(self, timeout: float) -> None:
+    def listen(self, timeout: float) -> None:
         """Collect what the processes sent within ``timeout``: readiness, and calls to answer."""
-        by_socket = {sock: pid for pid, sock in self.channels.items()}
+        by_socket = {sock: pid for pid, sock in self.supervisor.channels.items()}
         readable, _, _ = select.select(list(by_socket), [], [], timeout)
         for sock in readable:
             message = supervisor_channel.receive(sock)
             if message is None:
                 continue  # the process exited: reaped, and its channel closed, with it
             if message.get("op") == "ready":
-                self.ready.add(by_socket[sock])
+                self.supervisor.ready.add(by_socket[sock])
             else:
                 self.pending.append((by_socket[sock], message))
+
+    def answer(self, listener: socket.socket, host: ModelHost) -> None:
+        """The calls that came, in order, then (poll mode) the repository's changes, unless a
+        stop was asked meanwhile."""
+        while self.pending and not self.stop_requested:
+            self._answer_call(*self.pending.pop(0), listener, host)
+        if self.settings.model_control_mode == "poll" and not self.stop_requested:
+            self._poll(listener, host)
 
     def _answer_call(
         self, pid: int, message: supervisor_channel.Message, listener: socket.socket, host: ModelHost
     ) -> None:
-        assert self.desk is not None
         op, name = message.get("op"), str(message.get("name", ""))
         try:
             if op == "index":
-                self._reply(pid, 200, self.desk.index(bool(message.get("ready"))))
+                self._reply(pid, 200, self.repository.index(bool(message.get("ready"))))
             elif op == "load":
-                self._apply(self.desk.load(name, message.get("body") or {}), listener, host, pid, name)
+                self._apply(self.repository.load(name, message.get("body") or {}), listener, host, pid, name)
             elif op == "unload":
-                self._apply(self.desk.unload(name), listener, host, pid, name)
+                self._apply(self.repository.unload(name), listener, host, pid, name)
             else:
                 self._reply(pid, 400, {"error": f"unknown repository call {op!r}"})
         except Refused as exc:
@@ -93,9 +95,9 @@ class Changes:
 
     def _poll(self, listener: socket.socket, host: ModelHost) -> None:
         """Poll mode: what the repository holds now, served unless it failed as it is."""
-        if time.monotonic() < self.next_scan or self.desk is None:
+        if time.monotonic() < self.next_scan:
             return
-        wanted = self.desk.rescan()
+        wanted = self.repository.rescan()
         # Each source's size and time too: an archive caught half-written is retried once complete.
         stamped = [(plan, _stamp(plan.source)) for plan in wanted]
         if stamped != self.failed_scan:
@@ -108,7 +110,6 @@ class Changes:
         self, wanted: list[ModelPlan], listener: socket.socket, host: ModelHost, asker: int | None, name: str = ""
     ) -> bool:
         """Serve ``wanted``; answers ``asker``; False if it could not be loaded."""
-        assert self.desk is not None
         if _same(wanted, host.planned):
             self._reply(asker, 200, {})
             return True
@@ -123,11 +124,11 @@ class Changes:
             reason = f"{type(exc).__name__}: {exc}"
             log.exception("model change failed, nothing changed")
         if reason is not None:
-            self.desk.failures[name] = reason
+            self.repository.failures[name] = reason
             self._reply(asker, 400, {"error": f"failed to load {name!r}: {reason}; the models served are unchanged"})
             _release()
             return False
-        self.desk.served(wanted)
+        self.repository.served(wanted)
         # Freed before the forks: a process forked while this one still held them would keep
         # their pages mapped (its own copy of a heap nobody in it frees) for its whole life.
         # The old processes still serving them hold their own copy-on-write mappings.
@@ -140,24 +141,25 @@ class Changes:
 
     def _rollout(self, listener: socket.socket, host: ModelHost, asker: int | None) -> str | None:
         """Every serving process replaced, the asker last; what went wrong, or None."""
-        old = sorted((pid for pid in self.children if pid not in self.retired), key=lambda pid: pid == asker)
+        processes = self.supervisor
+        old = sorted((pid for pid in processes.children if pid not in processes.retired), key=lambda pid: pid == asker)
         for pid in old:
-            if pid not in self.children:
+            if pid not in processes.children:
                 continue  # it died meanwhile: its replacement was forked from the new set already
-            fresh = self._spawn(self.children[pid][0], listener, host, replacing=True)
+            fresh = processes.spawn(processes.children[pid][0], listener, host, replacing=True)
             started = partial(self._started, fresh)
             if not self._until(started, START_SECONDS, listener, host):
                 return "stopped, or a new serving process did not start in time: some processes serve the old models"
-            if fresh not in self.ready:
+            if fresh not in processes.ready:
                 return "a new serving process exited while starting: some processes serve the old models (see the log)"
-            self.retired.add(pid)
-            supervisor_channel.send(self.channels[pid], {"op": "retire"})
+            processes.retired.add(pid)
+            supervisor_channel.send(processes.channels[pid], {"op": "retire"})
         # Not waiting for the retired to exit: one may hold a call of its own (answered after
         # this change), and it would only exit after drain_seconds.
         return None
 
     def _started(self, pid: int) -> bool:
-        return pid in self.ready or pid not in self.children
+        return pid in self.supervisor.ready or pid not in self.supervisor.children
 
     def _until(self, done: Callable[[], bool], seconds: float, listener: socket.socket, host: ModelHost) -> bool:
         """Wait for ``done`` while collecting messages and exits; False on time-out or a stop signal."""
@@ -165,25 +167,24 @@ class Changes:
         while not done():
             if self.stop_requested or time.monotonic() > deadline:
                 return False
-            self._listen(0.02)
+            self.listen(0.02)
             self._answer_indexes()
             received = signal.sigtimedwait(SIGNALS, 0)
             if received is not None and received.si_signo != signal.SIGCHLD:
                 self.stop_requested = True
-            self._reap(listener, host)
+            self.supervisor.reap(listener, host)
         return True
 
     def _answer_indexes(self) -> None:
         """Index calls that came meanwhile, answered at once: they change nothing, and the
         process that asked may be one being retired, which waits for its calls to end."""
-        assert self.desk is not None
         for call in [call for call in self.pending if call[1].get("op") == "index"]:
             self.pending.remove(call)
-            self._reply(call[0], 200, self.desk.index(bool(call[1].get("ready"))))
+            self._reply(call[0], 200, self.repository.index(bool(call[1].get("ready"))))
 
     def _reply(self, pid: int | None, status: int, body: Any) -> None:
-        if pid is not None and pid in self.channels:
-            supervisor_channel.send(self.channels[pid], {"status": status, "body": body})
+        if pid is not None and pid in self.supervisor.channels:
+            supervisor_channel.send(self.supervisor.channels[pid], {"status": status, "body": body})
 
 
 def _same(plans: list[ModelPlan], others: list[ModelPlan]) -> bool:

@@ -41,10 +41,10 @@ from prometheus_client import Counter, multiprocess
 from inferpool.config import Settings
 from inferpool.engine.errors import EngineError
 from inferpool.service.models.host import ModelHost
-from inferpool.service.models.repository_calls import Desk
+from inferpool.service.models.repository_calls import RepositoryCalls
 from inferpool.service.processes import supervisor_channel
 from inferpool.service.processes.backlog_answers import Standby, answer_backlog
-from inferpool.service.processes.model_swap import SIGNALS, Changes
+from inferpool.service.processes.model_swap import SIGNALS, ModelSwap
 from inferpool.service.processes.process_states import DOWN, ProcessBoard
 from inferpool.service.processes.spread import ConnectionCounts
 from inferpool.service.readiness import Readiness
@@ -59,7 +59,7 @@ PR_SET_PDEATHSIG = 1
 LISTEN_SECONDS = 0.1  # with a repository: the watch waits this long for a call, then looks at signals
 
 
-class Supervisor(Changes):
+class Supervisor:
     def __init__(self, settings: Settings, uvicorn_options: Mapping[str, object]) -> None:
         self.settings = settings
         self.processes = settings.workers
@@ -68,13 +68,17 @@ class Supervisor(Changes):
         self.connections = ConnectionCounts(self.processes) if self.processes > 1 else None
         """Open connections per process, so that a few keep-alive clients spread over all of them."""
         self.children: dict[int, tuple[int, float]] = {}  # pid -> (slot, started at)
+        self.channels: dict[int, socket.socket] = {}  # pid -> the supervisor's end (supervisor_channel.py)
+        self.ready: set[int] = set()  # processes that said their models have started
+        self.retired: set[int] = set()  # replaced by a newer process, finishing what they hold
         self.crashes = 0
-        self.desk: Desk | None = None
-        self._init_changes()
+        self.swap: ModelSwap | None = None
+        """The model changes, with a repository: they replace the processes through ``spawn``."""
         # Written to the shared metrics directory: every serving process's /metrics sums it in.
         self.replaced = Counter("inferpool_process_replacements", "Serving processes restarted after dying.")
 
     def run(self) -> int:
+        began = time.monotonic()
         try:
             listener = _listen(self.settings.host, self.settings.port)
         except OSError as exc:  # the port is taken, the address is not this machine's, ...
@@ -105,10 +109,11 @@ class Supervisor(Changes):
         finally:
             standby.stop()  # joined: no thread of the parent's may exist at a fork
         if self.settings.model_repository is not None:
-            self.desk = Desk(self.settings, host.planned)
+            calls = RepositoryCalls(self.settings, host.planned)
+            self.swap = ModelSwap(self, calls, began + self.settings.repository_poll_seconds)
         signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
         for slot in range(self.processes):
-            self._spawn(slot, listener, host)
+            self.spawn(slot, listener, host)
         log.info("%d serving processes started from one loaded copy of the models", self.processes)
         code = self._watch(listener, host)
         if held is not None:
@@ -116,7 +121,7 @@ class Supervisor(Changes):
         log.info("supervisor exiting with status %d", code)
         return code
 
-    def _spawn(self, slot: int, listener: socket.socket, host: ModelHost, replacing: bool = False) -> int:
+    def spawn(self, slot: int, listener: socket.socket, host: ModelHost, replacing: bool = False) -> int:
         """A serving process in ``slot``; ``replacing`` one that serves until this one is ready
         (the slot stays as it is on the board meanwhile: the pod stays ready)."""
         if not replacing:
@@ -161,26 +166,25 @@ class Supervisor(Changes):
 
     def _watch(self, listener: socket.socket, host: ModelHost) -> int:
         while True:
-            if self.desk is None:
+            if self.swap is None:
                 received = signal.sigtimedwait(SIGNALS, 1.0)
             else:  # the processes' calls too, at the cost of a signal waiting up to LISTEN_SECONDS
-                self._listen(LISTEN_SECONDS)
+                self.swap.listen(LISTEN_SECONDS)
                 received = signal.sigtimedwait(SIGNALS, 0)
-            if self._reap(listener, host) == "give up":
+            if self.reap(listener, host) == "give up":
                 self._stop(listener)
                 return 1
             if received is not None and received.si_signo != signal.SIGCHLD:
                 log.info("%s received: draining every serving process", signal.Signals(received.si_signo).name)
                 return self._stop(listener)
-            while self.pending and not self.stop_requested:
-                self._answer_call(*self.pending.pop(0), listener, host)
-            if self.settings.model_control_mode == "poll" and not self.stop_requested:
-                self._poll(listener, host)
-            if self.stop_requested:
+            if self.swap is None:
+                continue
+            self.swap.answer(listener, host)
+            if self.swap.stop_requested:
                 log.info("stop requested during a model change: draining every serving process")
                 return self._stop(listener)
 
-    def _reap(self, listener: socket.socket, host: ModelHost) -> str:
+    def reap(self, listener: socket.socket, host: ModelHost) -> str:
         """Collect exited processes and replace each, unless they keep crashing."""
         for pid, (slot, started), code in self._exited():
             if pid in self.retired:  # replaced on purpose, and done
@@ -193,7 +197,7 @@ class Supervisor(Changes):
                 return "give up"
             self.replaced.inc()
             log.warning("serving process %d (pid %d) exited with status %d: starting a replacement", slot, pid, code)
-            self._spawn(slot, listener, host)
+            self.spawn(slot, listener, host)
         return "ok"
 
     def _stop(self, listener: socket.socket) -> int:
