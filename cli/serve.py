@@ -28,9 +28,8 @@ def serve(argv: list[str]) -> int:
         return settings
     configure_logging(settings.log_level, settings.log_format)
     metrics_dir = _share_metrics(settings)
-    from inferpool.service.processes.supervisor import (
-        Supervisor,  # after _share_metrics: prometheus-client reads it at import
-    )
+    # After _share_metrics: prometheus-client reads it at import.
+    from inferpool.service.processes.supervisor import Supervisor
 
     options = {
         "loop": "uvloop",
