@@ -83,7 +83,7 @@ def test_settings_need_a_repository_for_control(tmp_path):
     assert startup_plans(settings) == startup_plans(Settings())  # an empty repository adds nothing
 
 
-def test_the_desk_indexes_and_plans_calls_without_loading(tmp_path):
+def test_the_repository_calls_index_and_plan_without_loading(tmp_path):
     for number in (1, 2):
         version(tmp_path, "m", number)
     version(tmp_path, "broken", 1, archive=False)
