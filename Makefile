@@ -70,9 +70,9 @@ bench: $(STAMP)
 	$(BIN)/python -m loadtest.bench_pool
 	$(BIN)/python -m loadtest.bench_handoff
 
-## Regenerate the gRPC message module from service/grpc_v2/inference.proto (commit both).
+## Regenerate the gRPC message module from service/grpc/inference.proto (commit both).
 proto: $(STAMP)
-	$(BIN)/python -m grpc_tools.protoc -I . --python_out=. --pyi_out=. inferpool/service/grpc_v2/inference.proto
+	$(BIN)/python -m grpc_tools.protoc -I . --python_out=. --pyi_out=. inferpool/service/grpc/inference.proto
 
 clean:
 	rm -rf $(VENV) .venv-kserve .pytest_cache .mypy_cache .ruff_cache *.egg-info

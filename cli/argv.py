@@ -13,7 +13,7 @@ from inferpool.config import Settings, error_lines, load_settings
 from inferpool.config.paths import make_importable
 from inferpool.engine import ConfigError
 from inferpool.engine.threads import plan_threads
-from inferpool.service.host import plans, settings_shares, sized
+from inferpool.service.models.host import plans, settings_shares, sized
 
 CONFIG_HELP = "TOML config file (default: config/default.toml)"
 SETTINGS_ERRORS = (ValidationError, ConfigError, FileNotFoundError, ValueError)

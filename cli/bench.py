@@ -48,7 +48,7 @@ from inferpool.harness.client import KeepAlive
 from inferpool.harness.payloads import Payload, grpc_request, json_request, v2_request
 from inferpool.harness.procs import tree_run_seconds
 from inferpool.harness.server import free_port, inferpool_serve, launch, python_module
-from inferpool.service.host import plans, settings_shares, sized
+from inferpool.service.models.host import plans, settings_shares, sized
 
 REFERENCE_PHASE = "bare_asgi"  # reported apart from the server's own phases
 SERVE = (sys.executable, "-m", "inferpool.cli.main")  # this interpreter's InferPool, whatever is on PATH

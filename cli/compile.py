@@ -26,7 +26,7 @@ from inferpool.engine.compile_cache import cache_dir
 from inferpool.engine.options import AUTO_CANDIDATES, RuntimeOptions
 from inferpool.engine.sources import required_backend
 from inferpool.engine.threads import apply_loading_plan
-from inferpool.service.host import plans, settings_shares
+from inferpool.service.models.host import plans, settings_shares
 
 AOTI, ONNX = "aoti", "onnxruntime"
 ONNX_READERS = (ONNX, "openvino")

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from inferpool.cli.argv import config_argument, planned, settings_from_argv
 from inferpool.config import Settings
-from inferpool.service.logs import configure_logging
-from inferpool.service.protocol import guarded_protocol
+from inferpool.service.http.protocol import guarded_protocol
+from inferpool.service.telemetry.logs import configure_logging
 
 log = logging.getLogger("inferpool")
 
@@ -28,7 +28,8 @@ def serve(argv: list[str]) -> int:
         return settings
     configure_logging(settings.log_level, settings.log_format)
     metrics_dir = _share_metrics(settings)
-    from inferpool.service.supervisor import Supervisor  # after _share_metrics: prometheus-client reads it at import
+    # After _share_metrics: prometheus-client reads it at import.
+    from inferpool.service.processes.supervisor import Supervisor
 
     options = {
         "loop": "uvloop",

@@ -53,7 +53,7 @@ from inferpool.engine.options import AUTO_CANDIDATES
 from inferpool.engine.threads import usable_cpus
 from inferpool.harness.load import Workload
 from inferpool.harness.payloads import JSON, Payload, json_request
-from inferpool.service.host import sized
+from inferpool.service.models.host import sized
 
 COSTS_SHARE = 0.2  # of the budget, at most, for timing the model here
 MAX_BATCH = 64

@@ -1,5 +1,5 @@
 """The gRPC front end's choice, checked at start-up (the table itself, of servers by these
-names, is service/grpc_v2/server.py's GRPC_SERVERS: config/ imports no service code)."""
+names, is service/grpc/server.py's GRPC_SERVERS: config/ imports no service code)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ import importlib.util
 from collections.abc import Mapping
 from pathlib import Path
 
-TRACE_EXPORTERS = ("otlp", "console", "none")  # OTEL_TRACES_EXPORTER values (service/tracing.py's table)
+TRACE_EXPORTERS = ("otlp", "console", "none")  # OTEL_TRACES_EXPORTER values (service/telemetry/tracing.py's table)
 OTLP_PROTOCOLS = ("http/protobuf", "grpc")
 
 

@@ -30,7 +30,7 @@ from inferpool.config.grpc import GRPC_SERVER_NAMES, check_grpc_server
 from inferpool.config.observability import check_payload_sink, check_tracing
 from inferpool.config.paths import ConfigFileSource
 from inferpool.engine import BACKENDS, DEFAULT_MODEL, RuntimeOptions
-from inferpool.engine.backends.autoselect import backend_names
+from inferpool.engine.backends import backend_names
 from inferpool.engine.sources import ARCHIVE_SUFFIXES
 
 DEFAULT_CONFIG_FILE = Path(__file__).with_name("default.toml")

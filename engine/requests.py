@@ -40,7 +40,7 @@ class Prediction:
     """Waiting for the batch to form, after validation (0 when batching is off)."""
     dispatched: float = 0.0
     """``time.monotonic()`` when the model call began: the same for every request of a batch,
-    which is how traces tell the requests of one batch (service/tracing.py)."""
+    which is how traces tell the requests of one batch (service/telemetry/tracing.py)."""
 
 
 Coerce = Callable[[object], tuple[dict[str, Array], bool]]

@@ -115,7 +115,7 @@ class ServedModel:
         """Apply the thread plan and start the executor's threads: the model takes requests.
 
         Separate from loading so that a parent process can load, choose and warm the model once
-        and fork serving processes that share its weights (inferpool.service.supervisor): threads do not
+        and fork serving processes that share its weights (inferpool.service.processes.supervisor): threads do not
         survive a fork, and a parent that ran an OpenMP parallel region leaves forked children
         hanging on their first one (measured: torch with 2 intra-op threads), so the parent
         loads with one intra-op thread and each child starts here (``forked``) with its plan

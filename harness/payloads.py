@@ -82,7 +82,7 @@ def embeddings_request(model: str, inputs: str | Sequence[str], encoding_format:
 def grpc_request(model: str, inputs: Mapping[str, npt.NDArray[Any]], outputs: Sequence[str] = ()) -> bytes:
     """A serialised gRPC ModelInferRequest of ``inputs`` as raw contents (as Triton's client
     sends them), to send as bytes on a channel with no serializer."""
-    from inferpool.service.grpc_v2 import inference_pb2 as pb  # the messages only: no torch, no server
+    from inferpool.service.grpc import inference_pb2 as pb  # the messages only: no torch, no server
 
     request = pb.ModelInferRequest(model_name=model)
     for name, value in inputs.items():

@@ -16,7 +16,8 @@ import warnings
 from collections import Counter
 
 from inferpool.engine import BACKENDS, InferenceModule, RuntimeOptions, load_model
-from inferpool.engine.backends.autoselect import AUTO, format_table, resolve_backend
+from inferpool.engine.backends import AUTO
+from inferpool.engine.backends.autoselect import format_table, resolve_backend
 from inferpool.engine.threads import ThreadPlan, apply_thread_plan
 
 MODELS = ("inferpool.engine.zoo.mlp:build", "inferpool.engine.zoo.digits:build")

@@ -24,8 +24,8 @@ import orjson
 
 from inferpool.engine import InferenceModule, load_model
 from inferpool.harness.server import run_server, wait_ready
-from inferpool.service.codec import decode_inputs, encode_json
-from inferpool.service.v2codec import encode_response, parse_request
+from inferpool.service.http.codec import decode_inputs, encode_json
+from inferpool.service.v2.codec import encode_response, parse_request
 
 CASES = {"image 1x3x224x224": ("loadtest.models:image_echo", (1, 3, 224, 224)), "digit 1x1x8x8": (None, (1, 1, 8, 8))}
 

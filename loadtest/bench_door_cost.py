@@ -6,7 +6,7 @@ costs), and the access log on (to a null stream).
     python -m loadtest.bench_door_cost --base DIR [--requests 20000] [--rounds 5]
 
 ``DIR`` is a checkout of the revision to compare with (``git archive <rev> | tar -x -C DIR``);
-its service/middleware.py is loaded under another name. Each variant answers the same POST
+its service/http/middleware.py is loaded under another name. Each variant answers the same POST
 through the door around a trivial app that returns a fixed body with an ``Inference`` in the
 scope (what /predict leaves there); the variants are interleaved in each round, and the best
 round of each is kept (the least disturbed by the machine's other load). A wrk run cannot show
@@ -28,11 +28,11 @@ from typing import Any
 from starlette.types import Receive, Scope, Send
 
 from inferpool.config import load_settings
-from inferpool.service.fastpath import HANDLER
 from inferpool.service.frontdoor import Activity
-from inferpool.service.metrics import Inference, Metrics
-from inferpool.service.middleware import RequestContext
-from inferpool.service.observe import INFERENCE, Observer
+from inferpool.service.http.fastpath import HANDLER
+from inferpool.service.http.middleware import RequestContext
+from inferpool.service.telemetry.metrics import Inference, Metrics
+from inferpool.service.telemetry.observe import INFERENCE, Observer
 
 BODY = b'{"model":"digits","outputs":{"label":3}}'
 

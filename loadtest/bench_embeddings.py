@@ -33,8 +33,8 @@ import numpy as np
 from inferpool.engine import TextEmbedding
 from inferpool.harness.payloads import SENTENCE, Payload, embeddings_request, json_request
 from inferpool.harness.server import inferpool_serve, launch
-from inferpool.service.codec import decode_inputs, encode_json
-from inferpool.service.openai_codec import encode_response, parse_request
+from inferpool.service.http.codec import decode_inputs, encode_json
+from inferpool.service.http.openai_codec import encode_response, parse_request
 from loadtest.openloop import RunConfig, run_one
 
 ROUTES = ("predict", "v1-float", "v1-base64")

@@ -10,7 +10,7 @@ protocol, which does not depend on how fast the caller is. Each caller has its o
 
 Two last rows are floors: "grpcio echo", of any grpcio server here, a grpc.aio server on uvloop
 whose handler returns the request's bytes, pinned like the server (no InferPool, no model); and
-"native echo", the native front end's own transport (service/grpc_v2/native.py: its thread, its
+"native echo", the native front end's own transport (service/grpc/native.py: its thread, its
 hand-off to the loop, a task and the answer per call) around the same echo.
 
     python -m loadtest.bench_grpc [--seconds 5] [--rounds 3]
@@ -39,8 +39,8 @@ from inferpool.harness.client import Connection
 from inferpool.harness.metrics import metric_total
 from inferpool.harness.payloads import grpc_request, json_request, v2_request
 from inferpool.harness.server import free_port, inferpool_serve, launch
-from inferpool.service.grpc_v2.native import NativeFrontEnd
-from inferpool.service.grpc_v2.servicer import Served
+from inferpool.service.grpc.native import NativeFrontEnd
+from inferpool.service.grpc.servicer import Served
 from loadtest.procs import tree_cpu_seconds
 
 GRPC_SERVERS = ("native", "grpcio")  # config/grpc.py

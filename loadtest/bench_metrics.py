@@ -4,7 +4,7 @@
 
 One "request" is what the /predict path calls: ``observe_inference`` + ``observe_request`` +
 ``Inference.server_timing`` (plus, on its own row, building the ``Inference``). Old is
-``service/metrics.py`` at ``--old-ref`` (the commit before the slots), loaded from git as a
+the metrics module at ``--old-ref`` (the commit before the slots), loaded from git as a
 module; new is the working tree's. Rounds interleave old and new so that machine noise hits
 both alike; the figure is µs per request net of the same loop calling methods that do nothing,
 median and best over rounds. It then runs itself
@@ -24,7 +24,7 @@ import time
 import types
 from pathlib import Path
 
-OLD_REF = "6145fd2251cf14a01d2746be4e0051beb5122411"  # service/metrics.py before the slots
+OLD_REF = "6145fd2251cf14a01d2746be4e0051beb5122411"  # service/ held metrics.py then
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
-    import inferpool.service.metrics as new
+    import inferpool.service.telemetry.metrics as new
 
     old = load_old(args.old_ref)
     mode = "multiprocess (mmap files)" if os.environ.get("PROMETHEUS_MULTIPROC_DIR") else "one process"

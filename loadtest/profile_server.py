@@ -34,8 +34,8 @@ PY_SPY = str(Path(sys.executable).with_name("py-spy"))
 COMPONENTS: dict[str, str] = {
     "model (torch forward)": r"torch/nn/|engine/zoo/|engine/backends/|onnxruntime/",
     "input validation + numpy": r"engine/schema\.py|numpy/",
-    "JSON decode/encode": r"service/codec\.py|orjson|json/|pydantic",
-    "metrics": r"service/metrics\.py|service/metric_slots\.py|service/timing\.py|prometheus_client/",
+    "JSON decode/encode": r"service/http/codec\.py|orjson|json/|pydantic",
+    "metrics": r"service/telemetry/metric(?:s|_slots)\.py|service/timing\.py|prometheus_client/",
     "admission + engine bookkeeping": (
         r"engine/admission\.py|engine/served\.py|engine/pool\.py|engine/batching\.py|engine/pipeline\.py"
         r"|engine/executors?\.py|engine/requests\.py"
@@ -44,8 +44,8 @@ COMPONENTS: dict[str, str] = {
         r"engine/workers\.py|concurrent/futures|threading\.py|queue\.py|anyio/"
     ),
     "middleware + route code": (
-        r"service/middleware\.py|service/routes/|service/host\.py|service/logs\.py|service/fastpath\.py"
-        r"|service/rawasgi\.py|service/errors\.py|service/auth\.py|peers/"
+        r"service/http/middleware\.py|service/http/routes/|service/models/host\.py|service/telemetry/logs\.py"
+        r"|service/http/fastpath\.py|service/http/rawasgi\.py|service/errors\.py|service/auth\.py|peers/"
     ),
     "FastAPI/Starlette": r"fastapi/|starlette/",
     "uvicorn (HTTP protocol)": r"uvicorn/",

@@ -3,7 +3,7 @@ JSON every error answer carries: ``{"error": "..."}``, or under ``/v1/`` (OpenAI
 ``{"error": {"message", "type", "param", "code"}}``; with the raw HTTP writer for the answers no
 ASGI app sends.
 
-Light on purpose (no FastAPI, no metrics): the connection guard (service/protocol.py) is
+Light on purpose (no FastAPI, no metrics): the connection guard (service/http/protocol.py) is
 imported before prometheus-client may be (cli/serve.py).
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 OPENAI_PREFIX = "/v1/"
-"""OpenAI's API (service/routes/openai.py): errors there answer in that API's shape."""
+"""OpenAI's API (service/http/routes/openai.py): errors there answer in that API's shape."""
 # OpenAI's own codes where it has one for the same problem; otherwise the metrics reason.
 _OPENAI_CODES = {"unknown_model": "model_not_found", "auth": "invalid_api_key"}
 
@@ -61,7 +61,7 @@ def error_body_for(
 def closing_head(status: HTTPStatus, length: int, *, retry_after: bool) -> bytes:
     """The raw HTTP/1.1 head of a JSON answer of ``length`` bytes after which the connection
     closes: for answers written where no ASGI app runs (before uvicorn parses a request:
-    service/protocol.py; while no serving process listens: service/standby.py)."""
+    service/http/protocol.py; while no serving process listens: service/processes/backlog_answers.py)."""
     extra = b"retry-after: 1\r\n" if retry_after else b""
     return (b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n%sconnection: close\r\n\r\n"
             % (status, status.phrase.encode(), length, extra))  # fmt: skip

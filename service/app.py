@@ -15,18 +15,18 @@ from fastapi.middleware.cors import CORSMiddleware
 from inferpool.engine.client import EngineClient
 from inferpool.service.auth import ApiKeyAuth
 from inferpool.service.errors import install_error_handlers
-from inferpool.service.fastpath import InferPoolApp
 from inferpool.service.frontdoor import Activity, FrontDoor, Served
-from inferpool.service.grpc_v2.server import front_end
-from inferpool.service.metrics import Metrics
-from inferpool.service.middleware import RequestContext
-from inferpool.service.observe import Observer
-from inferpool.service.openapi import model_aware_openapi
-from inferpool.service.routes import health, openai, predict, repository, v2
+from inferpool.service.grpc.server import front_end
+from inferpool.service.http.fastpath import InferPoolApp
+from inferpool.service.http.middleware import RequestContext
+from inferpool.service.http.openapi import model_aware_openapi
+from inferpool.service.http.routes import health, openai, predict, repository, v2
+from inferpool.service.telemetry.metrics import Metrics
+from inferpool.service.telemetry.observe import Observer
 
 if TYPE_CHECKING:  # config imports the engine's backends, hence torch; the app only reads it
     from inferpool.config import Settings
-    from inferpool.service.host import ModelHost
+    from inferpool.service.models.host import ModelHost
 
 log = logging.getLogger(__name__)
 GRPC_GRACE_SECONDS = 1.0
@@ -48,7 +48,7 @@ def _announce(served: Served, metrics: Metrics, version: str) -> None:
 
 
 def create_app(settings: Settings, host: ModelHost | None = None) -> FastAPI:
-    """The app; ``host`` is one the supervisor already loaded (inferpool.service.supervisor)."""
+    """The app; ``host`` is one the supervisor already loaded (inferpool.service.processes.supervisor)."""
     metrics = Metrics.for_settings(settings)
     version = _version()
     activity = Activity()
@@ -56,7 +56,7 @@ def create_app(settings: Settings, host: ModelHost | None = None) -> FastAPI:
 
     supervised = host is not None
     if host is None:
-        from inferpool.service.host import ModelHost  # loads models: torch, at start-up, not at import
+        from inferpool.service.models.host import ModelHost  # loads models: torch, at start-up, not at import
 
         host = ModelHost(settings)
 
@@ -103,7 +103,7 @@ def create_app(settings: Settings, host: ModelHost | None = None) -> FastAPI:
     app.state.host = host
     app.state.metrics = metrics
     app.state.door = door
-    # The hot routes' raw handlers, by the endpoint that documents each (service/fastpath.py).
+    # The hot routes' raw handlers, by the endpoint that documents each (service/http/fastpath.py).
     answer_predict = predict.Predict(door)
     app.state.hot_handlers = {
         predict.predict: answer_predict,

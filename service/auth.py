@@ -1,7 +1,7 @@
 """Optional API-key auth: ``Authorization: Bearer <key>`` or ``X-API-Key: <key>``.
 
 ``ApiKey`` is the rule, the one both front ends apply (HTTP headers here, gRPC metadata in
-service/grpc_v2/servicer.py), so that they can never disagree on which key opens what. Over HTTP
+service/grpc/servicer.py), so that they can never disagree on which key opens what. Over HTTP
 it is a pure ASGI middleware in front of every route except the exempt ones (health and metrics
 by default, so probes and scrapers need no secret). Keys are compared in constant time.
 """
@@ -17,7 +17,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from inferpool.service.errors import ErrorAnswer
 from inferpool.service.frontdoor import Pairs
-from inferpool.service.metrics import Metrics
+from inferpool.service.telemetry.metrics import Metrics
 
 DOCS = frozenset({"/docs", "/docs/oauth2-redirect", "/openapi.json"})
 # Either spelling: ASGI header names are bytes, gRPC metadata keys str (both lower case).
@@ -40,7 +40,7 @@ class ApiKey:
         self.key = key.encode()
         # The docs page and its spec hold no secret (routes, model names and shapes), and a browser
         # cannot send a key to load them; the page's Authorize button then sends the key with the
-        # calls it makes (the spec declares the schemes: service/openapi.py).
+        # calls it makes (the spec declares the schemes: service/http/openapi.py).
         self.exempt = frozenset(exempt) | DOCS
 
     def admits(self, path: str | None, pairs: Pairs) -> bool:
@@ -85,7 +85,7 @@ class ApiKeyAuth:
 
 def _label_route(scope: Scope) -> None:
     """Find the route a refused request was for: this runs before routing, and the request
-    metrics label by ``scope["route"]`` (the hot routes have it already: service/fastpath.py),
+    metrics label by ``scope["route"]`` (the hot routes have it already: service/http/fastpath.py),
     so without it every 401 would count under "unmatched"."""
     if "route" in scope:
         return

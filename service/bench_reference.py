@@ -27,8 +27,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from inferpool.config import load_settings
 from inferpool.engine import ServedModel
-from inferpool.service.codec import encode_json
-from inferpool.service.host import plans, settings_shares
+from inferpool.service.http.codec import encode_json
+from inferpool.service.models.host import plans, settings_shares
 
 JSON_HEADERS = [(b"content-type", b"application/json")]
 

@@ -27,7 +27,7 @@ from inferpool.engine.errors import (
     Overloaded,
 )
 from inferpool.service.apierror import ApiError, error_body_for
-from inferpool.service.metrics import Metrics
+from inferpool.service.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 @dataclass(frozen=True, slots=True)
 class ErrorAnswer:
     """What a deliberate error answers: the FastAPI handlers and the hot routes' raw ASGI
-    handlers (service/rawasgi.py) both build their responses from this one table."""
+    handlers (service/http/rawasgi.py) both build their responses from this one table."""
 
     status: int
     message: str

@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from inferpool.engine.client import EngineClient
 from inferpool.engine.errors import DeadlineBelowFloor, Overloaded
-from inferpool.service.logs import model_served
-from inferpool.service.metrics import Inference, Labels, Metrics
+from inferpool.service.telemetry.logs import model_served
+from inferpool.service.telemetry.metrics import Inference, Labels, Metrics
 from inferpool.service.timing import below_floor, deadline
-from inferpool.service.v2codec import VERSION, metadata
-from inferpool.service.v2types import TensorMeta
+from inferpool.service.v2.codec import VERSION, metadata
+from inferpool.service.v2.datatypes import TensorMeta
 
 MAX_REQUEST_ID = 128
 # Either spelling: ASGI header names are bytes, gRPC metadata keys str (both lower case).
@@ -30,7 +30,7 @@ REQUEST_ID = (b"x-request-id", "x-request-id")
 Pairs = Iterable[tuple[str | bytes, str | bytes]]
 """A call's HTTP headers (an ASGI scope's) or gRPC metadata: what both front ends read."""
 if TYPE_CHECKING:  # the host loads models (torch); the door only asks it for them
-    from inferpool.service.host import ModelHost
+    from inferpool.service.models.host import ModelHost
 
 C = TypeVar("C")
 T = TypeVar("T")

@@ -30,7 +30,7 @@ def deadline(
     (under ``floor_ms``, its fastest call at start-up: inferpool.engine.deadline_floor) is a 400
     naming the field, at once: not admitted and answered 504 when it passes."""
     header_ms = None if header is None else _header_ms(header, floor_ms)  # checked even when the parameter wins
-    if override_ms is not None:  # its syntax was checked where it was parsed (inferpool.service.v2types)
+    if override_ms is not None:  # its syntax was checked where it was parsed (inferpool.service.v2.datatypes)
         if override_ms < floor_ms:
             raise ApiError(400, f"parameter 'timeout' {round(override_ms * 1e3)} µs {_below(floor_ms, 1000)}",
                            "invalid_input")  # fmt: skip

@@ -70,5 +70,14 @@ class BackendTable(MutableMapping[str, "type[Runtime]"]):
 
 
 BACKENDS = BackendTable(BACKEND_PATHS)
+AUTO = "auto"
+"""Not a backend: the choice among them at startup (inferpool.engine.backends.autoselect)."""
 
-__all__ = ["BACKENDS", "BACKEND_PATHS", "AotiInterface", "BackendTable"]
+
+def backend_names() -> list[str]:
+    """What ``RuntimeOptions.backend`` may name: the table's backends, then ``auto``; the config
+    (inferpool.config.settings) and the model load (autoselect.resolve_backend) check here."""
+    return [*sorted(BACKENDS), AUTO]
+
+
+__all__ = ["AUTO", "BACKENDS", "BACKEND_PATHS", "AotiInterface", "BackendTable", "backend_names"]

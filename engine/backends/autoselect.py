@@ -49,7 +49,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from inferpool.engine.backends import BACKENDS
+from inferpool.engine.backends import AUTO, BACKENDS, backend_names
 from inferpool.engine.backends.auto_prune import cannot_win, hopeless, score
 from inferpool.engine.backends.base import Runtime
 from inferpool.engine.backends.choice_cache import choice_path, read_choice, write_choice
@@ -61,7 +61,6 @@ from inferpool.engine.schema import Array
 
 log = logging.getLogger(__name__)
 
-AUTO = "auto"
 ROUNDS = 5
 ROUND_SECONDS = 0.01
 """Time per candidate, batch size and round: enough calls of the built-in models for a stable
@@ -113,10 +112,6 @@ class BackendChoice:
         table = [asdict(t) for t in self.trials]
         return {"configured": self.configured, "chosen": self.name, "score": SCORE, "candidates": table,
                 "cached": self.cached}  # fmt: skip
-
-
-def backend_names() -> list[str]:
-    return [*sorted(BACKENDS), AUTO]
 
 
 def resolve_backend(module: InferenceModule, options: RuntimeOptions) -> BackendChoice:

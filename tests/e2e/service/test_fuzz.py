@@ -30,7 +30,7 @@ API_KEY = "fuzz-key"
 # machine (the CI budget is three minutes). Raise it locally (INFERPOOL_FUZZ_EXAMPLES) to dig.
 MAX_EXAMPLES = int(os.environ.get("INFERPOOL_FUZZ_EXAMPLES", "20"))
 SEED = os.environ.get("INFERPOOL_FUZZ_SEED", "16")  # fixed, so that CI is repeatable
-# max_request_samples bounds the batch sizes the spec lists one by one (service/openapi.py).
+# max_request_samples bounds the batch sizes the spec lists one by one (service/http/openapi.py).
 CONFIGS: dict[str, tuple[str, ...]] = {
     "digits": ("--runtime.backend", "eager", "--max-body-bytes", "65536", "--runtime.max-request-samples", "8"),
     "minilm": ("--config", str(REPO_ROOT / "config" / "minilm.toml"), "--runtime.max-request-samples", "8"),

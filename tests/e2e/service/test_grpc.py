@@ -22,7 +22,7 @@ from tritonclient.utils import InferenceServerException
 
 from inferpool.harness.metrics import metric_total
 from inferpool.harness.server import REPO_ROOT, free_port, inferpool_serve, run_server, wait_ready
-from inferpool.service.grpc_v2 import inference_pb2 as pb
+from inferpool.service.grpc import inference_pb2 as pb
 
 INFER = "/inference.GRPCInferenceService/ModelInfer"
 TWO_MODELS = """

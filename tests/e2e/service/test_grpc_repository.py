@@ -16,7 +16,7 @@ from tritonclient.utils import InferenceServerException
 
 from inferpool.harness.metrics import metric_total
 from inferpool.harness.server import free_port, run_server, wait_ready
-from inferpool.service.grpc_v2 import inference_pb2 as pb
+from inferpool.service.grpc import inference_pb2 as pb
 from tests.e2e.service import test_repository
 from tests.e2e.service.test_repository import add_version
 

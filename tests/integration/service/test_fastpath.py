@@ -11,7 +11,7 @@ import orjson
 import pytest
 from fastapi.routing import APIRoute
 
-from inferpool.service.fastpath import FastPath
+from inferpool.service.http.fastpath import FastPath
 from tests.integration.service.conftest import app_client, metric_total
 
 KEY = "fast-key"

@@ -11,8 +11,8 @@ from fastapi.testclient import TestClient
 
 from inferpool.config import load_settings
 from inferpool.service.app import create_app
-from inferpool.service.openapi_schemas import LISTED_BATCHES
-from inferpool.service.v2codec import HEADER_LENGTH
+from inferpool.service.http.openapi_schemas import LISTED_BATCHES
+from inferpool.service.v2.codec import HEADER_LENGTH
 from tests.integration.service.conftest import app_client
 
 SAMPLE = [[[0.0] * 8] * 8]  # one digits sample, [1, 8, 8]

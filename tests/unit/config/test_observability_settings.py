@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from inferpool.config import load_settings
 from inferpool.config.observability import OTLP_PROTOCOLS, TRACE_EXPORTERS
-from inferpool.service.tracing import EXPORTERS, exporter_key
+from inferpool.service.telemetry.tracing import EXPORTERS, exporter_key
 
 
 def _refused(args: list[str]) -> str:

@@ -22,7 +22,7 @@ import yaml  # type: ignore[import-untyped]
 from inferpool.config import load_settings
 from inferpool.engine import ConfigError
 from inferpool.engine.threads import plan_threads
-from inferpool.service.host import settings_shares, sized
+from inferpool.service.models.host import settings_shares, sized
 
 REPO = Path(__file__).resolve().parents[3]
 DEPLOY = REPO / "deploy"

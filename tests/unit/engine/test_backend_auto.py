@@ -13,7 +13,8 @@ import pytest
 from pydantic import ValidationError
 
 from inferpool.engine import BACKENDS, ConfigError, InferenceModule, ModelLoadError, RuntimeOptions, ServedModel
-from inferpool.engine.backends.autoselect import AUTO, BackendChoice, resolve_backend
+from inferpool.engine.backends import AUTO
+from inferpool.engine.backends.autoselect import BackendChoice, resolve_backend
 from inferpool.engine.backends.eager import EagerRuntime
 from inferpool.engine.module import InferenceModule as Module
 from inferpool.engine.options import AUTO_CANDIDATES

@@ -14,8 +14,8 @@ from onnx import TensorProto, helper
 from inferpool.config import Settings
 from inferpool.engine import ConfigError, InferenceModule, ModelLoadError, RuntimeOptions
 from inferpool.engine.sources import load_model, serving_options, source_kind
-from inferpool.service.plans import repository_plans
-from inferpool.service.repository import scan
+from inferpool.service.models.plans import repository_plans
+from inferpool.service.models.repository import scan
 
 
 def write_model(path: Path) -> Path:

@@ -1,4 +1,4 @@
-"""Stopping new connections before a listening socket closes (service/closing.py): with the
+"""Stopping new connections before a listening socket closes (service/processes/closing.py): with the
 reuseport plug, what was queued stays acceptable, a new connection is never established (its
 SYN is dropped, so it cannot send a request that a close would reset), and after the close the
 port refuses. The plug needs no capability, so this holds for a container's non-root user."""
@@ -9,8 +9,8 @@ import socket
 
 import pytest
 
-from inferpool.service.closing import Closer
-from inferpool.service.standby import answer_backlog
+from inferpool.service.processes.backlog_answers import answer_backlog
+from inferpool.service.processes.closing import Closer
 
 NOT_ESTABLISHED_SECONDS = 0.3  # the kernel retransmits a dropped SYN after 1 s
 

@@ -1,11 +1,11 @@
-"""One owner of the CPU split (inferpool.service.budget.cpu_shares): the host, the budget check,
+"""One owner of the CPU split (inferpool.service.models.budget.cpu_shares): the host, the budget check,
 the commands' pre-flight and the bench all split the CPUs alike."""
 
 from __future__ import annotations
 
 from inferpool.config import Settings
-from inferpool.service.budget import cpu_shares, pool_plans
-from inferpool.service.host import plans, settings_shares
+from inferpool.service.models.budget import cpu_shares, pool_plans
+from inferpool.service.models.host import plans, settings_shares
 
 
 def test_processes_times_models_with_an_unsized_process_count_as_one():

@@ -6,8 +6,8 @@ import pytest
 
 from inferpool.config import load_settings
 from inferpool.config.grpc import GRPC_SERVER_NAMES, grpc_server_for
-from inferpool.service.grpc_v2.native import NativeFrontEnd
-from inferpool.service.grpc_v2.server import GRPC_SERVERS, GrpcFrontEnd
+from inferpool.service.grpc.native import NativeFrontEnd
+from inferpool.service.grpc.server import GRPC_SERVERS, GrpcFrontEnd
 
 
 def test_every_name_but_auto_is_a_front_end():

@@ -13,12 +13,12 @@ import grpc
 import pytest
 from tritonclient.grpc import service_pb2 as triton
 
-from inferpool.service import control
 from inferpool.service.apierror import ApiError
 from inferpool.service.errors import ErrorAnswer
-from inferpool.service.grpc_v2 import inference_pb2 as pb
-from inferpool.service.grpc_v2.repository import Repository
-from inferpool.service.grpc_v2.status import Refused, code_of
+from inferpool.service.grpc import inference_pb2 as pb
+from inferpool.service.grpc.repository import Repository
+from inferpool.service.grpc.status import Refused, code_of
+from inferpool.service.processes import supervisor_channel
 
 CONFIG = '{"runtime": {"num_runtimes": 1}}'
 
@@ -47,18 +47,18 @@ def test_tritons_messages_read_as_ours():
 def _calls(mode: str, answers: list[dict[str, Any]], *requests: Any) -> tuple[list[Any], list[dict[str, Any]]]:
     """Each (method name, request) called on a Repository whose supervisor gives ``answers`` in
     turn: (what each call returned or raised, what the supervisor received)."""
-    ours, theirs = control.pair()
+    ours, theirs = supervisor_channel.pair()
     received: list[dict[str, Any]] = []
 
     def supervisor() -> None:
         for answer in answers:
-            message = control.receive(ours)
+            message = supervisor_channel.receive(ours)
             assert message is not None
             received.append(message)
-            control.send(ours, answer)
+            supervisor_channel.send(ours, answer)
 
     async def run() -> list[Any]:
-        channel = control.Control(theirs, mode)
+        channel = supervisor_channel.Control(theirs, mode)
         channel.start(lambda: None)
         repository, results = Repository(channel), []
         for name, request in requests:

@@ -10,7 +10,7 @@ import pytest
 
 from inferpool.harness.server import REPO_ROOT
 
-PROTO = "inferpool/service/grpc_v2/inference.proto"
+PROTO = "inferpool/service/grpc/inference.proto"
 
 
 @pytest.mark.parametrize("suffix", ["_pb2.py", "_pb2.pyi"])

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from inferpool.service.apierror import ApiError
-from inferpool.service.grpc_v2 import inference_pb2 as pb
-from inferpool.service.grpc_v2.tensors import decode, encode
-from inferpool.service.v2types import TensorMeta
+from inferpool.service.grpc import inference_pb2 as pb
+from inferpool.service.grpc.tensors import decode, encode
+from inferpool.service.v2.datatypes import TensorMeta
 
 EXPECTED = {"image": TensorMeta("FP32", (-1, 1, 8, 8))}
 

@@ -11,10 +11,10 @@ import pytest
 
 from inferpool.engine import InvalidInput
 from inferpool.service.apierror import ApiError
-from inferpool.service.codec import decode_inputs
-from inferpool.service.json_booleans import may_hold_boolean, mixes_booleans
-from inferpool.service.v2codec import parse_request
-from inferpool.service.v2types import TensorMeta
+from inferpool.service.http.codec import decode_inputs
+from inferpool.service.http.json_booleans import may_hold_boolean, mixes_booleans
+from inferpool.service.v2.codec import parse_request
+from inferpool.service.v2.datatypes import TensorMeta
 
 ROW = [0.0] * 8
 

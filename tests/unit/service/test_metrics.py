@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from inferpool.config import load_settings
-from inferpool.service.metrics import Inference, Metrics, batch_buckets, duration_buckets
+from inferpool.service.telemetry.metrics import Inference, Metrics, batch_buckets, duration_buckets
 
 
 def test_buckets_reach_the_largest_call_and_past_the_deadline():

@@ -14,8 +14,8 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from inferpool.harness.metrics import metric_total
-from inferpool.service import metric_slots
-from inferpool.service.metrics import LATENCY_BUCKETS, Inference, Metrics
+from inferpool.service.telemetry import metric_slots
+from inferpool.service.telemetry.metrics import LATENCY_BUCKETS, Inference, Metrics
 
 ROOT = Path(__file__).resolve().parents[3]
 PROMTOOL = shutil.which("promtool", path=str(Path(sys.executable).parent)) or shutil.which("promtool")
@@ -92,7 +92,7 @@ def test_unsorted_buckets_are_refused():
 
 WRITER = """
 import sys
-from inferpool.service.metrics import Inference, Metrics
+from inferpool.service.telemetry.metrics import Inference, Metrics
 metrics = Metrics()
 inference = Inference("digits", 0.00003, 0.00001, 0.0002, 0.000009, 1)
 for i in range(int(sys.argv[1])):

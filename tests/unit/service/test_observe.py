@@ -11,11 +11,11 @@ import orjson
 from prometheus_client import CollectorRegistry
 
 from inferpool.config import load_settings
-from inferpool.service.grpc_v2 import inference_pb2 as pb
-from inferpool.service.logs import FORMATTERS, JsonFormatter, RequestIdFilter
-from inferpool.service.observe import Observer, _Line
-from inferpool.service.payloads import REDACTED, PayloadLog, grpc_payload, http_payload, redact, render
-from inferpool.service.tracing import caller_trace_id
+from inferpool.service.grpc import inference_pb2 as pb
+from inferpool.service.telemetry.logs import FORMATTERS, JsonFormatter, RequestIdFilter
+from inferpool.service.telemetry.observe import Observer, _Line
+from inferpool.service.telemetry.payloads import REDACTED, PayloadLog, grpc_payload, http_payload, redact, render
+from inferpool.service.telemetry.tracing import caller_trace_id
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 

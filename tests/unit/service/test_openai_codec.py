@@ -1,5 +1,5 @@
 """OpenAI's embeddings API on the wire: request parsing, the model checks, the answer's encodings
-and the error object (service/openai_codec.py, service/apierror.py)."""
+and the error object (service/http/openai_codec.py, service/apierror.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from inferpool.engine import TextEmbedding, TokenIds
 from inferpool.service.apierror import ApiError, error_body_for
-from inferpool.service.openai_codec import EmbeddingsRequest, encode_response, for_model, parse_request
+from inferpool.service.http.openai_codec import EmbeddingsRequest, encode_response, for_model, parse_request
 
 DECLARED = TextEmbedding(dimensions=4, token_ids=True)
 

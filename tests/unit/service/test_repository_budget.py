@@ -9,10 +9,10 @@ import pytest
 
 from inferpool.config import Settings
 from inferpool.engine import ConfigError, RuntimeOptions
-from inferpool.service import plans as plans_module
-from inferpool.service.budget import OverBudget, pool_plans
-from inferpool.service.desk import Desk, Refused
-from inferpool.service.plans import plans, sized, startup_plans
+from inferpool.service.models import plans as plans_module
+from inferpool.service.models.budget import OverBudget, pool_plans
+from inferpool.service.models.plans import plans, sized, startup_plans
+from inferpool.service.models.repository_calls import Refused, RepositoryCalls
 
 CPUS = 4
 
@@ -56,35 +56,35 @@ def test_start_with_a_repository_counts_its_models_and_must_fit(tmp_path):
 def test_a_load_over_the_budget_is_a_409_naming_what_to_lower(tmp_path):
     version(tmp_path, "m", 1)
     settings = Settings(model_repository=tmp_path, model_control_mode="explicit", workers=2)
-    desk = Desk(settings, startup_plans(settings))  # the config's model and m: 4 pools on 4 CPUs
+    calls = RepositoryCalls(settings, startup_plans(settings))  # the config's model and m: 4 pools on 4 CPUs
     for model in ("n", "o"):
         version(tmp_path, model, 1)
     with pytest.raises(Refused) as refused:
-        desk.load("n", {})
+        calls.load("n", {})
     assert refused.value.status == 409
     assert str(refused.value) == (
         "cannot load 'n': 2 serving processes x 3 models = 6 runtime pools of at least one thread each, but this "
         "server may use 4 CPUs (affinity and cgroup quota): lower workers to 1, serve fewer models (unload one), "
         "or set runtime.oversubscribe=true to run over the budget; the models served are unchanged"
     )
-    desk.served(desk.unload("m"))
-    assert [plan.name for plan in desk.load("n", {})] == [None, "n"]  # room again
+    calls.served(calls.unload("m"))
+    assert [plan.name for plan in calls.load("n", {})] == [None, "n"]  # room again
     big = {"parameters": {"config": '{"runtime": {"num_runtimes": 3}}'}}
     with pytest.raises(Refused, match=r"model 'n' version 1: num_runtimes=3 x intra_op_threads=1 = 3 threads"):
-        desk.load("n", big)
+        calls.load("n", big)
 
 
 def test_a_poll_rescan_keeps_what_serves_for_a_change_that_does_not_fit(tmp_path):
     version(tmp_path, "m", 1)
     settings = Settings(model_repository=tmp_path, model_control_mode="poll", workers=2)
-    desk = Desk(settings, startup_plans(settings))
+    calls = RepositoryCalls(settings, startup_plans(settings))
     version(tmp_path, "m", 2)  # m's latest changes: fits (it replaces version 1)
     version(tmp_path, "n", 1)  # a third model: 6 pools on 4 CPUs
-    wanted = desk.rescan()
+    wanted = calls.rescan()
     assert [(plan.name, plan.version) for plan in wanted] == [(None, "1"), ("m", "2")]
-    assert desk.failures["n"].startswith("not loaded: 2 serving processes x 3 models")
-    desk.served(wanted)
-    index = {(e["name"], e["version"]): e for e in desk.index()}
+    assert calls.failures["n"].startswith("not loaded: 2 serving processes x 3 models")
+    calls.served(wanted)
+    index = {(e["name"], e["version"]): e for e in calls.index()}
     assert index["n", "1"]["reason"].startswith("not loaded: 2 serving processes x 3 models")
     assert index["m", "2"]["state"] == "READY"
-    assert plans(settings) == desk.static
+    assert plans(settings) == calls.static

@@ -10,9 +10,9 @@ from pydantic import ValidationError
 
 from inferpool.config import Settings
 from inferpool.engine import ConfigError
-from inferpool.service.desk import Desk, Refused
-from inferpool.service.host import plans, repository_plans, startup_plans
-from inferpool.service.repository import scan
+from inferpool.service.models.host import plans, repository_plans, startup_plans
+from inferpool.service.models.repository import scan
+from inferpool.service.models.repository_calls import Refused, RepositoryCalls
 
 
 def version(root: Path, model: str, number: int | str, config: str | None = None, archive: bool = True) -> Path:
@@ -83,27 +83,27 @@ def test_settings_need_a_repository_for_control(tmp_path):
     assert startup_plans(settings) == startup_plans(Settings())  # an empty repository adds nothing
 
 
-def test_the_desk_indexes_and_plans_calls_without_loading(tmp_path):
+def test_the_repository_calls_index_and_plan_without_loading(tmp_path):
     for number in (1, 2):
         version(tmp_path, "m", number)
     version(tmp_path, "broken", 1, archive=False)
     settings = Settings(model_repository=tmp_path, model_control_mode="explicit")
-    desk = Desk(settings, plans(settings))  # served: the config's model only
-    assert desk.index() == [
-        {"name": "broken", "version": "1", "state": "UNAVAILABLE", "reason": desk.index()[0]["reason"]},
+    calls = RepositoryCalls(settings, plans(settings))  # served: the config's model only
+    assert calls.index() == [
+        {"name": "broken", "version": "1", "state": "UNAVAILABLE", "reason": calls.index()[0]["reason"]},
         {"name": "m", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"},
         {"name": "m", "version": "2", "state": "UNAVAILABLE", "reason": "unloaded"},
     ]
-    wanted = desk.load("m", {"parameters": {"config": '{"runtime": {"backend": "eager"}}'}})
+    wanted = calls.load("m", {"parameters": {"config": '{"runtime": {"backend": "eager"}}'}})
     assert [(p.name, p.version, p.options.backend) for p in wanted[1:]] == [("m", "2", "eager")]
-    desk.served(wanted)
-    assert [e["state"] for e in desk.index(ready_only=True)] == ["READY"]
-    assert desk.unload("m") == wanted[:1]
+    calls.served(wanted)
+    assert [e["state"] for e in calls.index(ready_only=True)] == ["READY"]
+    assert calls.unload("m") == wanted[:1]
     for call, message in [
-        (lambda: desk.load("broken", {}), "holds no model archives"),
-        (lambda: desk.load("../m", {}), "no such model folder"),
-        (lambda: desk.load("m", {"parameters": {"config": "{"}}), "is not JSON"),
-        (lambda: desk.unload("broken"), "not loaded from the repository"),
+        (lambda: calls.load("broken", {}), "holds no model archives"),
+        (lambda: calls.load("../m", {}), "no such model folder"),
+        (lambda: calls.load("m", {"parameters": {"config": "{"}}), "is not JSON"),
+        (lambda: calls.unload("broken"), "not loaded from the repository"),
     ]:
         with pytest.raises(Refused, match=message):
             call()

@@ -11,8 +11,8 @@ from starlette.types import Message, Receive, Scope, Send
 
 from inferpool.harness.metrics import metric_total
 from inferpool.service.frontdoor import Activity
-from inferpool.service.metrics import Metrics
-from inferpool.service.middleware import RequestContext
+from inferpool.service.http.middleware import RequestContext
+from inferpool.service.telemetry.metrics import Metrics
 
 
 def call(context: RequestContext, path: str) -> list[Message]:

@@ -1,4 +1,4 @@
-"""SpreadAcceptor and ConnectionCounts (inferpool.service.spread) on a real loop and socket, with the
+"""SpreadAcceptor and ConnectionCounts (inferpool.service.processes.spread) on a real loop and socket, with the
 other serving processes' counts written by the test."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import asyncio
 import socket
 from types import SimpleNamespace
 
-from inferpool.service.board import DOWN, READY, ProcessBoard
-from inferpool.service.spread import CLOSED, ConnectionCounts, SpreadAcceptor
+from inferpool.service.processes.process_states import DOWN, READY, ProcessBoard
+from inferpool.service.processes.spread import CLOSED, ConnectionCounts, SpreadAcceptor
 
 
 class _Kept(asyncio.Protocol):

@@ -12,8 +12,8 @@ import orjson
 import pytest
 
 from inferpool.service.apierror import closing_error
+from inferpool.service.processes.backlog_answers import Standby
 from inferpool.service.readiness import Readiness
-from inferpool.service.standby import Standby
 
 
 @pytest.fixture

@@ -12,8 +12,8 @@ import pytest
 
 from inferpool.service.apierror import ApiError
 from inferpool.service.timing import deadline
-from inferpool.service.v2codec import parse_request
-from inferpool.service.v2types import TensorMeta
+from inferpool.service.v2.codec import parse_request
+from inferpool.service.v2.datatypes import TensorMeta
 
 EXPECTED = {"image": TensorMeta("FP32", (-1, 1, 8, 8))}
 

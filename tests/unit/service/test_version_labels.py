@@ -8,9 +8,9 @@ import logging
 
 import orjson
 
-from inferpool.service.board import DOWN, READY, ProcessBoard
-from inferpool.service.logs import FORMATTERS, RequestIdFilter, model_served
-from inferpool.service.metrics import Inference, Metrics
+from inferpool.service.processes.process_states import DOWN, READY, ProcessBoard
+from inferpool.service.telemetry.logs import FORMATTERS, RequestIdFilter, model_served
+from inferpool.service.telemetry.metrics import Inference, Metrics
 
 
 def _formatted(style: str, served: tuple[str, str] | None) -> str:

@@ -1,0 +1,228 @@
+"""The v2 gRPC methods, on the same host, engine client, door and error table as REST.
+
+Each method is wrapped once (``Servicer.handler``): the API key is checked (by the rule HTTP
+applies: service/auth.py), the call is timed and counted by method and status code, and any
+error becomes its gRPC status at that one place (service/grpc/status.py). ModelInfer and
+the repository methods (service/grpc/repository.py) come in through the door HTTP's POSTs use
+(the ``Activity`` count, so shedding, the drain and a retiring process see both front ends).
+ModelInfer only decodes and encodes: the front door (service/frontdoor.py) resolves its model
+and runs it, with its deadline from the gRPC deadline or the v2 "timeout" parameter, and
+observes its phases as for REST.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
+from typing import Any, NamedTuple
+
+import grpc
+
+from inferpool.engine.client import request_id
+from inferpool.engine.errors import NotReady, Overloaded
+from inferpool.service import frontdoor
+from inferpool.service.auth import ApiKey
+from inferpool.service.errors import ErrorAnswer, answer_for
+from inferpool.service.frontdoor import FrontDoor, client_request_id, request_ids
+from inferpool.service.grpc import inference_pb2 as pb
+from inferpool.service.grpc import tensors
+from inferpool.service.grpc.repository import Repository
+from inferpool.service.grpc.status import Refused, code_of, status_of
+from inferpool.service.processes.supervisor_channel import Control
+from inferpool.service.telemetry.metrics import Inference
+from inferpool.service.telemetry.observe import Observer
+from inferpool.service.v2.codec import metadata
+
+log = logging.getLogger(__name__)
+SERVICE = "inference.GRPCInferenceService"
+# The context is grpc.aio's or the native front end's (native.Context): the methods use only what both have.
+Method = Callable[[Any, Any], Awaitable[Any]]
+# Set by a ModelInfer that ran the model, read by its wrapper (the same task, so the same context).
+_inference: ContextVar[Inference | None] = ContextVar("grpc_inference", default=None)
+
+
+class Served(NamedTuple):
+    method: Method
+    request: Any
+    """The request's message class (its ``FromString`` decodes the wire bytes, with upb)."""
+    response: Any
+
+
+UNAUTHENTICATED = ErrorAnswer(
+    401, "missing or wrong API key: send metadata 'authorization: Bearer <key>' or 'x-api-key'"
+)
+# The REST twins of the methods that can be exempt from the API key: a method is exempt when
+# its twin is (auth_exempt). The standard health service never asks for it: probes carry no secret.
+# The repository methods have no twin here: they need the key whenever one is set, as REST's do.
+REST_TWIN = {"ServerLive": "/v2/health/live", "ServerReady": "/v2/health/ready"}
+
+
+class Servicer:
+    def __init__(
+        self, door: FrontDoor, *, version: str, auth: ApiKey | None, control: Control | None = None,
+        observer: Observer | None = None,
+    ) -> None:  # fmt: skip
+        self.door = door
+        self.host = door.host
+        self.metrics = door.metrics
+        self.activity = door.activity
+        self.version = version
+        self.auth = auth
+        self.observer = observer
+        self.repository = Repository(control)
+        self.retired: Callable[[], None] = lambda: None
+        """Called when a call ends in a process that a newer one replaces (set by the front end)."""
+        self._ids = request_ids(itertools.count(), tag="g")  # "g": HTTP's ids count on their own serial
+
+    def methods(self) -> dict[str, Served]:
+        """Every v2 method by name, behind the key check, the metrics and the error boundary:
+        the one table both front ends serve (service/grpc/server.py, native.py)."""
+        repository = self.repository
+        methods: dict[str, tuple[Method, Any, Any]] = {
+            "ServerLive": (self.server_live, pb.ServerLiveRequest, pb.ServerLiveResponse),
+            "ServerReady": (self.server_ready, pb.ServerReadyRequest, pb.ServerReadyResponse),
+            "ModelReady": (self.model_ready, pb.ModelReadyRequest, pb.ModelReadyResponse),
+            "ServerMetadata": (self.server_metadata, pb.ServerMetadataRequest, pb.ServerMetadataResponse),
+            "ModelMetadata": (self.model_metadata, pb.ModelMetadataRequest, pb.ModelMetadataResponse),
+            "ModelInfer": (self.admitted(self.model_infer), pb.ModelInferRequest, pb.ModelInferResponse),
+            "RepositoryIndex": (self.admitted(repository.index), pb.RepositoryIndexRequest, pb.RepositoryIndexResponse),
+            "RepositoryModelLoad": (
+                self.admitted(repository.load),
+                pb.RepositoryModelLoadRequest,
+                pb.RepositoryModelLoadResponse,
+            ),
+            "RepositoryModelUnload": (
+                self.admitted(repository.unload),
+                pb.RepositoryModelUnloadRequest,
+                pb.RepositoryModelUnloadResponse,
+            ),
+        }
+        return {
+            name: Served(self.handler(name, method), request, response)
+            for name, (method, request, response) in methods.items()
+        }
+
+    def handlers(self) -> grpc.GenericRpcHandler:
+        """The methods as grpcio's server takes them."""
+        return grpc.method_handlers_generic_handler(
+            SERVICE,
+            {
+                name: grpc.unary_unary_rpc_method_handler(
+                    served.method,
+                    request_deserializer=served.request.FromString,
+                    response_serializer=served.response.SerializeToString,
+                )
+                for name, served in self.methods().items()
+            },
+        )
+
+    def handler(self, name: str, method: Method) -> Method:
+        """``method`` behind the key check, the metrics and the error boundary."""
+        auth, path = self.auth, REST_TWIN.get(name)
+
+        async def handle(request: Any, context: Any) -> Any:
+            started = time.perf_counter()
+            code = "OK"
+            response = None
+            try:
+                if auth is not None and not auth.admits(path, context.invocation_metadata() or ()):
+                    self.metrics.observe_error("auth")
+                    raise Refused(UNAUTHENTICATED)
+                response = await method(request, context)
+                return response
+            except asyncio.CancelledError:  # the caller went away or its deadline passed
+                code = "CANCELLED"
+                raise
+            except Refused as refused:
+                code = code_of(refused.answer).name
+                await context.abort_with_status(status_of(refused.answer))
+            except Exception as exc:  # every error becomes a status here
+                answer = answer_for(exc, self.metrics)
+                if answer is None:
+                    log.exception("unhandled error in gRPC %s", name)
+                    self.metrics.observe_error("internal")
+                    answer = ErrorAnswer(500, "internal server error; the server log has the details")
+                code = code_of(answer).name
+                await context.abort_with_status(status_of(answer))
+            finally:
+                ended = time.perf_counter()
+                self.metrics.observe_rpc(name, code, ended - started, _inference.get())
+                if self.observer is not None:
+                    metadata = context.invocation_metadata() or ()
+                    self.observer.rpc(name, code, metadata, started, ended, _inference.get(), request, response)
+                # Closing without a drain: retired (service/processes/retiring_server.py), which the supervisor says
+                # before it answers a load or unload this process asked. HTTP answers then say
+                # Connection: close; gRPC's counterpart is to stop taking calls (GOAWAY), so that
+                # the caller's next call goes to a process that serves the new set.
+                if self.activity.closing and not self.host.draining:
+                    self.retired()
+                    await asyncio.sleep(0)  # the stop sends its GOAWAY before this call's answer
+
+        return handle
+
+    async def server_live(self, request: pb.ServerLiveRequest, context: Any) -> pb.ServerLiveResponse:
+        return pb.ServerLiveResponse(live=self.host.status.live)
+
+    async def server_ready(self, request: pb.ServerReadyRequest, context: Any) -> pb.ServerReadyResponse:
+        return pb.ServerReadyResponse(ready=self.host.status.ready)
+
+    async def model_ready(self, request: pb.ModelReadyRequest, context: Any) -> pb.ModelReadyResponse:
+        # As REST's /v2/models/{name}[/versions/{v}]/ready: an unknown model is NOT_FOUND.
+        try:
+            model = self.host.get(request.name, request.version or None)
+        except NotReady:
+            return pb.ModelReadyResponse(ready=False)
+        return pb.ModelReadyResponse(ready=self.host.ready(model))
+
+    async def server_metadata(self, request: pb.ServerMetadataRequest, context: Any) -> pb.ServerMetadataResponse:
+        return pb.ServerMetadataResponse(name="inferpool", version=self.version)
+
+    async def model_metadata(self, request: pb.ModelMetadataRequest, context: Any) -> pb.ModelMetadataResponse:
+        model = self.host.get(request.name, request.version or None)
+        found = metadata(model.name, model.schema, self.host.version_of(model), model.info.handler)
+        response = pb.ModelMetadataResponse(name=found["name"], versions=found["versions"], platform=found["platform"])
+        for field in ("inputs", "outputs"):
+            for tensor in found[field]:
+                getattr(response, field).add(name=tensor["name"], datatype=tensor["datatype"], shape=tensor["shape"])
+        return response
+
+    def admitted(self, method: Method) -> Method:
+        """``method`` behind the door: refused when the process holds its limit already, and
+        counted while it runs (a retiring process waits for it before it exits)."""
+        activity = self.activity
+
+        async def counted(request: Any, context: Any) -> Any:
+            try:
+                activity.enter()
+            except Overloaded:
+                self.metrics.observe_error("load_shed")
+                raise
+            try:
+                return await method(request, context)
+            finally:
+                activity.active -= 1
+
+        return counted
+
+    async def model_infer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
+        received = time.perf_counter()
+        rid = client_request_id(context.invocation_metadata() or ()) or request.id or next(self._ids)
+        request_id.set(rid)
+        context.set_trailing_metadata((("x-request-id", rid),))
+        door = self.door
+        served = door.resolve(request.model_name, request.model_version or None)
+        decoded = tensors.decode(request, served.expected())
+        response, inference = await door.infer(
+            served, decoded.inputs, _encode, (request.id, decoded.outputs), received=received,
+            parsed=time.perf_counter(), rid=rid, timeout_ms=decoded.timeout_ms, remaining=context.time_remaining(),
+        )  # fmt: skip
+        _inference.set(inference)
+        return response
+
+
+def _encode(served: frontdoor.Served, outputs: Mapping[str, Any], asked: tuple[str, Any]) -> pb.ModelInferResponse:
+    return tensors.encode(served.name, served.version, asked[0], outputs, asked[1])

@@ -1,0 +1,99 @@
+"""The hot routes in front of FastAPI: ``POST /predict[/{name}]`` and v2 infer.
+
+They are declared as FastAPI routes so that OpenAPI, /docs and schemathesis see them as
+before (their endpoint functions only document them), but a request to one never meets
+FastAPI's per-request machinery: the app's ``__call__`` matches method and path against those
+routes' own compiled patterns and hands the request to the route's raw ASGI handler, through
+the same user middleware the app was given (request context and door, CORS, API key), built
+from the same ``Middleware`` list in the same order. Left out: Starlette's
+ServerErrorMiddleware and ExceptionMiddleware, FastAPI's telemetry, body-limit and exit-stack
+layers, and ``ErrorBoundary``: the hot handlers answer every exception themselves, from
+service/errors.py's table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, NoReturn
+
+from fastapi import FastAPI
+from fastapi.routing import APIRoute, APIRouter
+from starlette._utils import get_route_path
+from starlette.middleware import Middleware
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from inferpool.service.errors import ErrorBoundary
+
+HANDLER = "inferpool.handler"  # scope key: the raw handler FastPath matched
+Handlers = Mapping[Callable[..., Any], ASGIApp]
+"""A hot route's endpoint function (documentation only) -> the raw ASGI handler answering it."""
+
+
+def documentation_only(*_: object, **__: object) -> NoReturn:
+    """What a hot route's endpoint does if FastAPI's router ever calls it: FastPath answers
+    those routes before routing, so reaching one means the app was wired without it."""
+    raise RuntimeError(
+        "this route is answered by inferpool.service.http.fastpath.FastPath, which is not in front of the app"
+    )
+
+
+class FastPath:
+    """Matches the hot routes and runs them through their own middleware stack."""
+
+    def __init__(self, app: FastAPI, handlers: Handlers, routers: list[APIRouter]) -> None:
+        self.routes = [
+            (route, handlers[route.endpoint])
+            for router in routers
+            for route in router.routes
+            if isinstance(route, APIRoute) and route.endpoint in handlers and "POST" in (route.methods or ())
+        ]
+        missing = set(handlers) - {route.endpoint for route, _ in self.routes}
+        if missing:
+            raise ValueError(f"hot handlers for endpoints with no POST route: {sorted(map(str, missing))}")
+        self.stack = _wrap(_run_matched, app.user_middleware)
+
+    def match(self, scope: Scope) -> bool:
+        """Fills the scope as the router would (route, path parameters) when it matches."""
+        if scope["method"] != "POST":
+            return False
+        path = get_route_path(scope)
+        for route, handler in self.routes:
+            found = route.path_regex.match(path)
+            if found is not None:
+                scope["route"] = route  # the request metrics' label is route.path, the template
+                scope["endpoint"] = route.endpoint
+                scope["path_params"] = {
+                    key: route.param_convertors[key].convert(value) for key, value in found.groupdict().items()
+                }
+                scope[HANDLER] = handler
+                return True
+        return False
+
+
+def _wrap(app: ASGIApp, middleware: list[Middleware]) -> ASGIApp:
+    for cls, args, kwargs in reversed(middleware):
+        if cls is not ErrorBoundary:
+            app = cls(app, *args, **kwargs)
+    return app
+
+
+async def _run_matched(scope: Scope, receive: Receive, send: Send) -> None:
+    await scope[HANDLER](scope, receive, send)
+
+
+class InferPoolApp(FastAPI):
+    """FastAPI with FastPath in front; ``hot_handlers`` and ``hot_routers`` are set on its
+    state before the first request."""
+
+    _fast: FastPath | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            fast = self._fast
+            if fast is None:  # built at the first request: the middleware list is final by then
+                fast = self._fast = FastPath(self, self.state.hot_handlers, self.state.hot_routers)
+            if fast.match(scope):
+                scope["app"] = self
+                await fast.stack(scope, receive, send)
+                return
+        await super().__call__(scope, receive, send)

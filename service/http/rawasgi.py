@@ -1,0 +1,87 @@
+"""Answering with raw ASGI messages, for the hot routes (service/http/fastpath.py).
+
+Starlette's ``Request``/``Response`` objects, FastAPI's dependency solving and the exception
+middlewares' round trips are each a few microseconds a request; on a small model they add up
+to more than the model (docs/BENCHMARKS.md). The hot routes build their two send messages
+themselves, and turn errors into answers in place, from the one table in service/errors.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from starlette.types import Receive, Scope, Send
+
+from inferpool.service.errors import ErrorAnswer, answer_for, unexpected
+from inferpool.service.frontdoor import FrontDoor
+from inferpool.service.http.codec import Disconnected
+from inferpool.service.http.middleware import STARTED
+from inferpool.service.telemetry.metrics import Inference
+from inferpool.service.telemetry.observe import INFERENCE
+
+JSON = b"application/json"
+BINARY = b"application/octet-stream"
+RawHeaders = list[tuple[bytes, bytes]]
+
+
+def request_headers(scope: Scope, wanted: frozenset[bytes]) -> dict[bytes, bytes]:
+    """The ``wanted`` headers (lower-case names, as ASGI gives them); the first of repeats, as
+    Starlette's ``Headers.get``."""
+    found: dict[bytes, bytes] = {}
+    for name, value in scope["headers"]:
+        if name in wanted and name not in found:
+            found[name] = value
+    return found
+
+
+async def send_answer(send: Send, status: int, body: bytes, content_type: bytes, extra: RawHeaders) -> None:
+    headers = [(b"content-type", content_type), (b"content-length", b"%d" % len(body)), *extra]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def send_error(send: Send, answer: ErrorAnswer, path: str) -> None:
+    """The same answer ``ErrorAnswer.response(path)`` gives, without building a Response."""
+    headers = _encoded(answer.headers.items() if answer.headers else ())
+    await send_answer(send, answer.status, answer.body(path), JSON, headers)
+
+
+def _encoded(headers: Iterable[tuple[str, str]]) -> RawHeaders:
+    return [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers]
+
+
+Answer = tuple[bytes, bytes, RawHeaders]
+"""A 200's body, content type and extra headers."""
+
+
+def timed(scope: Scope, inference: Inference) -> tuple[bytes, bytes]:
+    """The ``Server-Timing`` header of an answered request; the scope keeps the phases for the
+    middleware (the server's own overhead is end to end minus inference)."""
+    scope[INFERENCE] = inference
+    received, _, encoding, _ = inference.marks or (0.0, 0.0, 0.0, 0.0)
+    total = encoding + inference.encode_seconds - scope.get(STARTED, received)
+    return b"server-timing", inference.server_timing(total).encode()
+
+
+class RawRoute:
+    """A hot route's raw ASGI handler: ``answer`` decodes the request, hands it to the front
+    door and encodes the 200; every exception becomes its JSON error here, and a client that
+    left before its body arrived gets nothing."""
+
+    def __init__(self, door: FrontDoor) -> None:
+        self.door = door
+        self.metrics = door.metrics
+        self.max_body_bytes = door.host.settings.max_body_bytes
+
+    async def answer(self, scope: Scope, receive: Receive) -> Answer:
+        raise NotImplementedError
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            body, content_type, extra = await self.answer(scope, receive)
+        except Disconnected:
+            return
+        except Exception as exc:  # noqa: BLE001 -- unexpected() logs the traceback
+            await send_error(send, answer_for(exc, self.metrics) or unexpected(scope, self.metrics), scope["path"])
+            return
+        await send_answer(send, 200, body, content_type, extra)

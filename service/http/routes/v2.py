@@ -1,0 +1,137 @@
+"""Open Inference Protocol v2 (REST), as Triton, KServe and MLServer speak it.
+
+Errors are ``{"error": "..."}`` on every path (the protocol's shape, and the service's), with
+404 for an unknown model or version and 503 while not ready.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from fastapi import APIRouter, Request, Response
+from starlette.types import Receive, Scope
+
+from inferpool.engine.client import EngineClient, request_id
+from inferpool.service.errors import ERROR_RESPONSES
+from inferpool.service.frontdoor import Served
+from inferpool.service.http.codec import json_response, read_body
+from inferpool.service.http.deps import HostDep, host_of
+from inferpool.service.http.fastpath import documentation_only
+from inferpool.service.http.rawasgi import BINARY, JSON, Answer, RawRoute, request_headers, timed
+from inferpool.service.timing import TIMEOUT_HEADER
+from inferpool.service.v2.codec import HEADER_LENGTH, InferRequest, encode_response, metadata, parse_request
+
+if TYPE_CHECKING:  # the host loads models (torch); a front end only asks it for them
+    from inferpool.service.models.host import ModelHost
+
+router = APIRouter(prefix="/v2", tags=["Open Inference Protocol v2"], responses=ERROR_RESPONSES)
+HEADER_LENGTH_RAW = HEADER_LENGTH.encode()
+HEADERS = frozenset({b"content-length", b"content-encoding", TIMEOUT_HEADER, HEADER_LENGTH_RAW})
+
+
+def find_model(host: ModelHost, name: str, version: str | None) -> EngineClient:
+    """The model ``name`` at ``version`` (its latest without); 404 for either unknown."""
+    return host.get(name, version)
+
+
+@router.get("", summary="Server metadata")
+async def server_metadata(request: Request) -> Response:
+    return json_response({"name": "inferpool", "version": request.app.version, "extensions": ["binary_tensor_data"]})
+
+
+@router.get("/health/live", summary="Server liveness")
+async def live(host: HostDep) -> Response:
+    live = host.status.live
+    return json_response({"live": live}, 200 if live else 503)
+
+
+@router.get("/health/ready", summary="Server readiness")
+async def ready(host: HostDep) -> Response:
+    ok = host.status.ready
+    return json_response({"ready": ok}, 200 if ok else 503, None if ok else {"Retry-After": "1"})
+
+
+@router.get("/models/{name}", summary="Model metadata")
+@router.get("/models/{name}/versions/{version}", summary="Model metadata (one version)")
+async def model_metadata(request: Request, name: str, version: str | None = None) -> Response:
+    host = host_of(request)
+    model = find_model(host, name, version)
+    return json_response(metadata(model.name, model.schema, host.version_of(model), model.info.handler))
+
+
+@router.get("/models/{name}/config", summary="Model configuration")
+@router.get("/models/{name}/versions/{version}/config", summary="Model configuration (one version)")
+async def model_config(request: Request, name: str, version: str | None = None) -> Response:
+    """How the model is served, after Triton's model configuration: the backend serving it and,
+    in `backend_selection`, the configured one and (for `auto`) every candidate's timings."""
+    model = find_model(host_of(request), name, version)
+    info = model.info
+    return json_response(
+        {
+            "name": info.name,
+            "backend": info.backend,
+            "dispatch": info.dispatch,
+            "max_batch_size": info.max_batch_size,
+            "runtimes": info.runtimes,
+            "intra_op_threads": info.intra_op_threads,
+            "capacity": info.capacity,
+            "backend_selection": info.backend_selection,
+            "dispatch_selection": info.dispatch_selection,
+            "wide_selection": info.wide_selection,
+            "precision_selection": info.precision_selection,
+            "deadline_floor_ms": info.deadline_floor_ms,
+        }
+    )
+
+
+@router.get("/models/{name}/ready", summary="Model readiness")
+@router.get("/models/{name}/versions/{version}/ready", summary="Model readiness (one version)")
+async def model_ready(request: Request, name: str, version: str | None = None) -> Response:
+    """200 while the version (the latest without one) takes requests whichever serving process
+    gets them: loaded and warm, its pool whole, and every process serving the same model set
+    (not during a repository change's rollout); 503 with `Retry-After` otherwise, 404 for a
+    model or version not served."""
+    host = host_of(request)
+    model = find_model(host, name, version)  # 503 while loading, 404 if unknown
+    ok = host.ready(model)
+    body = {"name": model.name, "version": host.version_of(model), "ready": ok}
+    return json_response(body, 200 if ok else 503, None if ok else {"Retry-After": "1"})
+
+
+@router.post("/models/{name}/infer", summary="Inference")
+@router.post("/models/{name}/versions/{version}/infer", summary="Inference (one version)")
+async def infer(request: Request, name: str, version: str | None = None) -> Response:
+    """JSON tensors, or the binary tensor data extension (`Inference-Header-Content-Length`)."""
+    documentation_only()
+
+
+class Infer(RawRoute):
+    """The raw ASGI handler of both infer routes (service/http/fastpath.py says why and how)."""
+
+    async def answer(self, scope: Scope, receive: Receive) -> Answer:
+        door = self.door
+        params = scope["path_params"]
+        served = door.resolve(params["name"], params.get("version"))
+        headers = request_headers(scope, HEADERS)
+        received = time.perf_counter()
+        body = await read_body(
+            receive, headers.get(b"content-length"), self.max_body_bytes, headers.get(b"content-encoding")
+        )
+        length = headers.get(HEADER_LENGTH_RAW)
+        json_length = None if length is None else length.decode("latin-1")
+        request = parse_request(body, json_length, served.expected())
+        (content, header_length), inference = await door.infer(
+            served, request.inputs, _encode, request, received=received, parsed=time.perf_counter(),
+            rid=request_id.get(), timeout=headers.get(TIMEOUT_HEADER), timeout_ms=request.timeout_ms,
+        )  # fmt: skip
+        extra = [timed(scope, inference)]
+        if header_length is None:
+            return content, JSON, extra
+        extra.append((HEADER_LENGTH_RAW, b"%d" % header_length))
+        return content, BINARY, extra
+
+
+def _encode(served: Served, outputs: Mapping[str, Any], request: InferRequest) -> tuple[bytes, int | None]:
+    return encode_response(served.name, request, outputs, served.version)

@@ -1,0 +1,1 @@
+"""The supervisor and the serving processes it forks, replaces and drains."""

@@ -1,0 +1,1 @@
+"""What the service tells about itself: metrics, logs, traces and payload logs."""

@@ -1,0 +1,330 @@
+"""Open Inference Protocol v2 bodies, JSON and the binary tensor data extension.
+
+Binary inputs are *viewed*, not parsed: ``np.frombuffer`` over the request body (a bytearray,
+so the view is writable and torch takes it without a copy), after checking that datatype,
+shape and byte count agree. Binary outputs are the runtime's arrays' own bytes appended to
+the response. This is the HTTP counterpart of AOTInductor's ArrayRef interface.
+
+``BYTES`` tensors (text, for models with a handler: inferpool.engine.handlers) are object arrays of
+``bytes``: in JSON a list of strings, in binary each element a 4-byte little-endian length and
+then its bytes, as Triton lays them out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeGuard
+
+import numpy as np
+import orjson
+
+from inferpool.engine.client import Array, Handler, Schema
+from inferpool.service.http.json_booleans import may_hold_boolean, mixes_booleans
+from inferpool.service.v2.datatypes import (
+    DATATYPES,
+    LITTLE,
+    V2_TYPES,
+    TensorMeta,
+    bad,
+    bytes_array,
+    check_meta,
+    join_bytes,
+    split_bytes,
+    timeout_ms,
+    v2_type,
+)
+
+HEADER_LENGTH = "inference-header-content-length"
+VERSION = "1"  # the version of the config's models; a repository's have their folders' numbers
+# The kinds of JSON data (as numpy infers them) each datatype's kind takes: JSON numbers widen
+# to floats, but nothing else is cast (Triton refuses true for FP32 and 1.5 for INT64 alike).
+_JSON_KINDS = {"f": "fiu", "i": "iu", "u": "iu", "b": "b"}
+_JSON_NAMES = {"f": "numbers", "i": "integers", "u": "non-negative integers", "b": "booleans"}
+# orjson reads integers beyond 64 bits as floats, hence "or beyond 64 bits".
+_LEAF_KINDS = {"b": "booleans", "f": "numbers with a fraction, an exponent or beyond 64 bits", "i": "integers"}
+_JSON_TYPES = {
+    bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list", dict: "an object",
+}  # fmt: skip
+# Longer than any length a body can have: int() of a longer digit string is refused (or slow).
+_MAX_LENGTH_DIGITS = 19
+
+
+@dataclass
+class InferRequest:
+    inputs: dict[str, Array]
+    id: str | None = None
+    parameters: dict[str, Any] = field(default_factory=dict)
+    outputs: dict[str, bool] | None = None
+    """Requested outputs -> binary? ``None`` = all outputs."""
+    binary_output: bool = False
+    timeout_ms: float | None = None
+    """The "timeout" parameter (sent in µs, as Triton's clients do)."""
+
+
+def parse_request(
+    body: bytearray, header_length: str | None, expected: Mapping[str, TensorMeta] | None = None
+) -> InferRequest:
+    """``expected``: the model's inputs (metadata); an input of another datatype or shape is
+    refused, as Triton does, instead of being cast. Inputs it does not name are left to the
+    engine, which names every input the model takes."""
+    json_end = len(body)
+    if header_length is not None:
+        # ASCII digits only: str.isdigit() also takes "²" and other digits int() refuses.
+        digits = header_length.isascii() and header_length.isdigit() and len(header_length) <= _MAX_LENGTH_DIGITS
+        if not digits or int(header_length) > len(body):
+            raise bad(f"Inference-Header-Content-Length {header_length!r} is not a length within the body")
+        # 0 is "no binary data", as in Triton: the whole body is the JSON (the spec's minimum).
+        json_end = int(header_length) or len(body)
+    try:
+        header = orjson.loads(memoryview(body)[:json_end])
+    except orjson.JSONDecodeError as exc:
+        raise bad(f"inference request header is not valid JSON: {exc}") from None
+    if not isinstance(header, dict) or not isinstance(header.get("inputs"), list):
+        raise bad('inference request must be a JSON object with an "inputs" list')
+    parameters = _object(header.get("parameters", {}), "parameters")
+    offset, inputs = json_end, {}
+    booleans = may_hold_boolean(body, json_end)  # service/http/json_booleans.py says why
+    for tensor in header["inputs"]:
+        name, array, offset = _input(_object(tensor, "each input"), body, offset, expected or {}, booleans)
+        if name in inputs:
+            raise bad(f"input '{name}' is given twice; send each input once")
+        inputs[name] = array
+    if offset != len(body):
+        raise bad(f"the body has {len(body) - offset} bytes beyond the binary inputs it declares")
+    outputs = None
+    if "outputs" in header:  # null too is not a list: the spec says a list, when given
+        requested = header["outputs"]
+        if not isinstance(requested, list):
+            raise bad('"outputs" must be a list')
+        outputs = {}
+        for item in requested:
+            out = _object(item, "each requested output")
+            out_name = out.get("name")
+            if not isinstance(out_name, str):
+                raise bad("each requested output needs a string 'name'")
+            out_parameters = _object(out.get("parameters", {}), f"output '{out_name}' parameters")
+            outputs[out_name] = _flag(out_parameters, "binary_data", f"output '{out_name}' parameter")
+    request_id = header.get("id")
+    if "id" in header and not isinstance(request_id, str):
+        raise bad(f"'id' must be a string; got {_kind(request_id)}")
+    return InferRequest(
+        inputs,
+        id=request_id,
+        parameters=parameters,
+        outputs=outputs,
+        binary_output=_flag(parameters, "binary_data_output", "parameter"),
+        timeout_ms=_timeout_ms(parameters),
+    )
+
+
+def _flag(parameters: Mapping[str, Any], key: str, what: str) -> bool:
+    value = parameters.get(key, False)
+    if not isinstance(value, bool):
+        raise bad(f"{what} '{key}' must be true or false; got {_kind(value)}")
+    return value
+
+
+def _timeout_ms(parameters: Mapping[str, Any]) -> float | None:
+    """The "timeout" parameter: an integer of microseconds (Triton's type for it), 1 ms or more."""
+    if "timeout" not in parameters:  # null is not an integer: refused below
+        return None
+    timeout_us = parameters["timeout"]
+    return timeout_ms(whole_number(timeout_us), repr(timeout_us))
+
+
+def whole_number(value: object) -> int | None:
+    """A JSON integer as JSON Schema counts them (2500 and 2500.0 alike: the spec cannot tell
+    them apart, and fuzzers send both), else None; never a boolean. Not for shapes: Triton
+    refuses 1.0 there, and so does ``_dims``."""
+    if _is_int(value):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def _is_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)  # JSON true is not 1
+
+
+def _dims(shape: object) -> list[int] | None:
+    """A "shape" as non-negative ints, or None when it is not one."""
+    if not isinstance(shape, list):
+        return None
+    dims = []
+    for value in shape:
+        # Integers as JSON writes them: 1.0 is refused, as Triton refuses it (the spec's
+        # integers, tests/e2e/service/test_fuzz.py, are generated and checked the same way).
+        if not _is_int(value) or value < 0:
+            return None
+        dims.append(value)
+    return dims
+
+
+def _kind(value: object) -> str:
+    """A JSON value's type, for messages."""
+    return _JSON_TYPES.get(type(value), "null")
+
+
+def _input(
+    tensor: Mapping[str, Any], body: bytearray, offset: int, expected: Mapping[str, TensorMeta], booleans: bool
+) -> tuple[str, Array, int]:
+    name, datatype, shape = tensor.get("name"), tensor.get("datatype"), tensor.get("shape")
+    if not isinstance(name, str):
+        raise bad("each input needs a string 'name'")
+    if not isinstance(datatype, str) or (datatype not in DATATYPES and datatype != "BYTES"):
+        raise bad(f"input '{name}': datatype {datatype!r} is not supported; use one of {sorted([*DATATYPES, 'BYTES'])}")
+    dims = _dims(shape)
+    if dims is None:
+        raise bad(f"input '{name}': 'shape' must be a list of non-negative integers")
+    shape = dims
+    meta = expected.get(name)
+    if meta is not None:
+        check_meta(name, datatype, shape, meta)
+    if datatype == "BYTES":
+        return _bytes_input(name, tensor, shape, body, offset)
+    dtype = LITTLE[datatype]
+    numel = math.prod(shape)
+    raw = _object(tensor.get("parameters", {}), f"input '{name}' parameters").get("binary_data_size")
+    if raw is not None:
+        size = raw if _is_int(raw) else None
+        if size is None or size != numel * dtype.itemsize:
+            raise bad(
+                f"input '{name}': binary_data_size {raw!r} does not match shape {shape} of {datatype} "
+                f"({numel * dtype.itemsize} bytes)"
+            )
+        if offset + size > len(body):
+            raise bad(f"input '{name}': the body ends {offset + size - len(body)} bytes before its binary data")
+        array = np.frombuffer(body, dtype=dtype, count=numel, offset=offset)
+        return name, array.reshape(shape), offset + size
+    if "data" not in tensor:
+        raise bad(f"input '{name}' has neither 'data' nor a binary_data_size parameter")
+    array = _json_data(name, tensor["data"], datatype, booleans)
+    if array.size != numel:
+        raise bad(f"input '{name}': shape {shape} needs {numel} values, data has {array.size}")
+    return name, array.reshape(shape), offset
+
+
+def _json_data(name: str, data: object, datatype: str, booleans: bool = True) -> Array:
+    """JSON ``data`` (flat or nested) as a ``datatype`` array, refusing values of another
+    JSON type (true for FP32, 1.5 for INT64, null, strings) instead of casting them;
+    ``booleans``: the request may hold a true or false (only then are numbers checked for one)."""
+    dtype = LITTLE[datatype]
+    try:
+        array = np.asarray(data)  # its inferred kind says what JSON types the leaves were
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise bad(f"input '{name}': data is not a rectangular list of {datatype} values ({exc})") from None
+    if array.size and array.dtype.kind not in _JSON_KINDS[dtype.kind]:
+        raise bad(f"input '{name}': {datatype} data must be JSON {_JSON_NAMES[dtype.kind]}; got {_leaves(array)}")
+    if booleans and dtype.kind != "b" and array.dtype.kind in "fiu" and mixes_booleans(data):
+        raise bad(f"input '{name}': {datatype} data must be JSON {_JSON_NAMES[dtype.kind]}; got true/false among them")
+    if array.size and dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        if array.min() < info.min or array.max() > info.max:
+            raise bad(f"input '{name}': data has values out of range for {datatype} [{info.min}, {info.max}]")
+    try:
+        with np.errstate(over="raise"):
+            return array.astype(dtype, copy=False)
+    except FloatingPointError:
+        raise bad(f"input '{name}': data has values out of range for {datatype}") from None
+
+
+def _leaves(array: Array) -> str:
+    """What JSON data numpy inferred ``array`` from, for messages."""
+    return _LEAF_KINDS.get(array.dtype.kind.replace("u", "i"), "nulls, strings, mixed values or numbers out of range")
+
+
+def _bytes_input(
+    name: str, tensor: Mapping[str, Any], shape: list[int], body: bytearray, offset: int
+) -> tuple[str, Array, int]:
+    raw = _object(tensor.get("parameters", {}), f"input '{name}' parameters").get("binary_data_size")
+    items: list[object]
+    if raw is not None:
+        size = raw if _is_int(raw) else None
+        if size is None or size < 0 or offset + size > len(body):
+            raise bad(f"input '{name}': binary_data_size {raw!r} does not fit in the body")
+        items = list(split_bytes(name, memoryview(body)[offset : offset + size]))
+        offset += size
+    else:
+        if "data" not in tensor:
+            raise bad(f"input '{name}' has neither 'data' nor a binary_data_size parameter")
+        items = _flatten(tensor["data"])
+        if not all(isinstance(item, str) for item in items):
+            raise bad(f"input '{name}': BYTES data must be strings")
+    return name, bytes_array(name, items, shape), offset
+
+
+def _flatten(data: object) -> list[object]:
+    """Nested JSON lists -> their leaves in order (iteratively: nesting depth is the client's)."""
+    leaves: list[object] = []
+    stack = [iter([data])]
+    while stack:
+        item = next(stack[-1], stack)
+        if item is stack:
+            stack.pop()
+        elif isinstance(item, list):
+            stack.append(iter(item))
+        else:
+            leaves.append(item)
+    return leaves
+
+
+def _object(value: object, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise bad(f"{what} must be a JSON object")
+    return value
+
+
+def encode_response(
+    model: str, request: InferRequest, outputs: Mapping[str, Array], version: str = "1"
+) -> tuple[bytes, int | None]:
+    """(body, JSON header length or None when nothing is binary)."""
+    wanted = request.outputs if request.outputs is not None else dict.fromkeys(outputs, request.binary_output)
+    unknown = sorted(set(wanted) - set(outputs))
+    if unknown:
+        raise bad(f"requested outputs {unknown} do not exist; this model has {sorted(outputs)}")
+    tensors: list[dict[str, Any]] = []
+    blobs: list[memoryview] = []
+    for name, binary in wanted.items():
+        array = np.ascontiguousarray(outputs[name])
+        entry: dict[str, Any] = {"name": name, "datatype": v2_type(array.dtype), "shape": list(array.shape)}
+        if array.dtype.kind == "O":  # BYTES: strings (or bytes) from a handler
+            if binary or request.binary_output:
+                blob = join_bytes(array)
+                entry["parameters"] = {"binary_data_size": len(blob)}
+                blobs.append(memoryview(blob))
+            else:
+                items = [v if isinstance(v, bytes) else str(v).encode() for v in array.reshape(-1).tolist()]
+                entry["data"] = [v.decode(errors="replace") for v in items]
+        elif binary or request.binary_output:
+            array = array.astype(array.dtype.newbyteorder("<"), copy=False)  # a no-op on x86/ARM
+            entry["parameters"] = {"binary_data_size": array.nbytes}
+            blobs.append(array.data)  # the runtime's buffer itself; joined once below
+        else:
+            entry["data"] = array.reshape(-1)
+        tensors.append(entry)
+    response: dict[str, Any] = {"model_name": model, "model_version": version, "outputs": tensors}
+    if request.id is not None:
+        response["id"] = request.id
+    header = orjson.dumps(response, option=orjson.OPT_SERIALIZE_NUMPY)
+    if not blobs:
+        return header, None
+    return b"".join([header, *blobs]), len(header)
+
+
+def metadata(name: str, schema: Schema, version: str = "1", handler: Handler | None = None) -> dict[str, Any]:
+    def tensors(specs: Any) -> list[dict[str, Any]]:
+        return [
+            {"name": s.name, "datatype": V2_TYPES[s.dtype], "shape": [-1 if d is None else d for d in s.shape]}
+            for s in specs
+        ]
+
+    return {
+        "name": name,
+        "versions": [version],
+        "platform": "pytorch",
+        "inputs": handler.v2_inputs if handler else tensors(schema.inputs),
+        "outputs": handler.v2_outputs if handler else tensors(schema.outputs),
+    }
