@@ -9,6 +9,7 @@ from pydantic.dataclasses import dataclass
 from pydantic_core import ArgsKwargs
 
 from inferpool.engine.backends import BACKENDS, AotiInterface
+from inferpool.engine.backends.held_out import check_file
 from inferpool.engine.executors import DISPATCH_MODES
 
 LEND_MODES = ("auto", "on", "off")
@@ -21,6 +22,8 @@ or less. aoti (tens of seconds on a first compile) and torchscript (deprecated u
 are timed only when listed."""
 PRECISIONS = ("fp32", "int8")
 INT8_BACKENDS = ("onnxruntime", "openvino")
+INT8_METHODS = ("dynamic", "static")
+"""The quantizers of inferpool.engine.backends.quantize.QUANTIZERS, by name."""
 REMOVED = {
     "inline_below_us": "dispatch='auto' no longer compares the call's duration with a fixed threshold: it "
     "measures how long the call holds the GIL and what a hand-off to a worker thread costs "
@@ -193,6 +196,11 @@ class RuntimeOptions:
     ``precision_strict``. The gate's figures are served at ``/v2/models/{name}/config`` and cached
     with the quantized file (engine/backends/precision.py)."""
 
+    int8_methods: tuple[str, ...] = ()
+    """``precision = "int8"``: the quantizers to try, of ``dynamic`` (MatMul/Gemm, no calibration)
+    and ``static`` (QDQ on Conv/MatMul/Gemm, calibrated; only for a graph with convolutions);
+    () = every one that applies. Of those that pass the gate, the fastest example call is served."""
+
     precision_strict: bool = False
     """``precision = "int8"``: refuse to start when int8 fails the gate, instead of serving fp32."""
 
@@ -204,9 +212,12 @@ class RuntimeOptions:
     """The int8 gate: the least share of items whose integer outputs (labels) equal fp32's."""
 
     accuracy_inputs: str = ""
-    """The int8 gate's held-out inputs: an ``.npz`` of arrays named as the model's inputs (a batch
-    of varied, real inputs: for a text model, tokenized texts); "" = the example inputs and
-    seeded random variations of their float inputs (integer inputs, token ids, stay as they are)."""
+    """The int8 gate's held-out inputs, varied and real: a ``.jsonl`` file, one call a line, each
+    a JSON object of the model's inputs as a ``/predict`` request's ``inputs`` holds them
+    (``{"image": [[...]]}``: one sample or a batch; for a text model, token ids), or an ``.npz``
+    of arrays named as the inputs. Static int8 calibrates on every 4th line, the gate takes the
+    others. "" = the model's own held-out inputs if it has them (MiniLM, digits), else the
+    example inputs and seeded random variations of their float inputs (integer inputs stay)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -258,6 +269,13 @@ class RuntimeOptions:
         )
         checks["accuracy_min_cosine"] = (-1 <= self.accuracy_min_cosine <= 1, "use a cosine between -1 and 1")
         checks["accuracy_min_agreement"] = (0 <= self.accuracy_min_agreement <= 1, "use a share between 0 and 1")
+        checks["int8_methods"] = (
+            set(self.int8_methods) <= set(INT8_METHODS),
+            f"use names from {list(INT8_METHODS)}, or () for every one that applies to the model",
+        )
+        if self.accuracy_inputs:
+            wrong = check_file(self.accuracy_inputs)
+            checks["accuracy_inputs"] = (wrong is None, wrong or "")
         if self.max_batch_size > 1 and self.dispatch == "inline":
             fix = "batching runs on worker threads: use 'threads' or 'auto', or max_batch_size=1"
             checks["dispatch"] = (False, fix)
