@@ -189,27 +189,31 @@ class RuntimeOptions:
 
     precision: str = "fp32"
     """``fp32``, or ``int8`` (backends ``onnxruntime`` and ``openvino``, named, not ``auto``): the
-    model's ONNX export quantized (dynamic int8 on MatMul/Gemm; convolutions stay fp32, where int8
-    measured slower) and served only if it passes an accuracy gate against fp32 on held-out
-    inputs (``accuracy_min_cosine``, ``accuracy_min_agreement``, ``accuracy_inputs``). One that
-    fails is served in fp32 with a warning naming the measured figure, or refused with
-    ``precision_strict``. The gate's figures are served at ``/v2/models/{name}/config`` and cached
-    with the quantized file (engine/backends/precision.py)."""
+    model's ONNX export quantized (``int8_methods``) and served only if it passes an accuracy gate
+    against fp32 on held-out inputs (``accuracy_min_cosine``, ``accuracy_min_agreement``,
+    ``accuracy_inputs``) and measures faster than fp32 at start-up. One that fails is served in
+    fp32 with a warning naming the measured figures, or refused with ``precision_strict``. The
+    gate's figures are served at ``/v2/models/{name}/config`` and cached with the quantized file
+    (engine/backends/precision.py)."""
 
     int8_methods: tuple[str, ...] = ()
     """``precision = "int8"``: the quantizers to try, of ``dynamic`` (MatMul/Gemm, no calibration)
     and ``static`` (QDQ on Conv/MatMul/Gemm, calibrated; only for a graph with convolutions);
-    () = every one that applies. Of those that pass the gate, the fastest example call is served."""
+    () = every one that applies, raced against fp32: of those that pass the gate and fp32, the
+    fastest example call at start-up is served. Named, they race only each other: int8 is served
+    whenever one passes."""
 
     precision_strict: bool = False
-    """``precision = "int8"``: refuse to start when int8 fails the gate, instead of serving fp32."""
+    """``precision = "int8"``: refuse to start when int8 fails the gate, instead of serving fp32;
+    and serve int8 that passes even where fp32 measures faster."""
 
     accuracy_min_cosine: float = 0.99
     """The int8 gate: the least cosine similarity between an int8 output item (a row of a batched
-    output) and its fp32 counterpart, for every item."""
+    output that is not a classifier's probabilities) and its fp32 counterpart, for every item."""
 
     accuracy_min_agreement: float = 0.99
-    """The int8 gate: the least share of items whose integer outputs (labels) equal fp32's."""
+    """The int8 gate for classifiers: the least share of items whose labels (integer outputs, and the
+    argmax of outputs whose rows are probabilities) equal fp32's (top-1 agreement)."""
 
     accuracy_inputs: str = ""
     """The int8 gate's held-out inputs, varied and real: a ``.jsonl`` file, one call a line, each

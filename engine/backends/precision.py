@@ -3,10 +3,12 @@
 The quantizers (inferpool.engine.backends.quantize): ``dynamic`` int8 on MatMul and Gemm, and for
 a graph with convolutions ``static`` QDQ int8 calibrated on inputs apart from the gate's
 (inferpool.engine.backends.held_out). Both onnxruntime and openvino serve the same quantized files.
-Every candidate is gated; of those that pass, the one whose example call measures fastest at
-start-up is served (the timings are shown with the figures), since which is faster depends on
-the model and the CPU: dynamic int8 leaves a CNN's convolutions in fp32, static int8 runs them
-in int8.
+Every candidate is gated; of those that pass and fp32, the one whose example call measures
+fastest at start-up is served (the timings are shown with the figures), since which is faster
+depends on the model and the CPU: dynamic int8 leaves a CNN's convolutions in fp32, static int8
+runs them in int8, and on a model as small as the digits CNN int8's extra (de)quantizing costs
+more than it saves. fp32 is left out of that race when int8 is wanted regardless of speed
+(``precision_strict``, or ``int8_methods`` named).
 
 The gate (inferpool.engine.backends.gate): the quantized model's outputs against the fp32
 model's (which passed the parity check against eager) on held-out inputs: ``accuracy_inputs``
@@ -208,17 +210,29 @@ def serve_precision(
         why = "; ".join([*(g.describe() for g in gates), *unavailable])
         verdict = "fails the accuracy gate" if gates else "is unavailable"
         return _fp32_instead(module, options, f"model {module.name!r}: int8 {verdict}: {why}", tuple(gates), fp32)
+    # Against fp32 too, unless int8 was asked for regardless of speed (strict, or named methods).
+    against_fp32 = not (options.precision_strict or options.int8_methods)
+    timed: dict[str, Artifact] = {**passing, **({"fp32": fp32} if against_fp32 else {})}
     timings: dict[str, float] = {}
-    if len(passing) > 1:
+    if len(timed) > 1:
         inputs = dict(module.example_inputs)
-        timings = {name: _call_ms(run, artifact, inputs) for name, artifact in passing.items()}
-    method = min(passing, key=lambda name: timings.get(name, 0.0))
-    gate = next(g for g in gates if g.method == method)
+        timings = {name: _call_ms(run, artifact, inputs) for name, artifact in timed.items()}
+    fastest = min(timed, key=lambda name: timings.get(name, 0.0))
     calls = ", ".join(f"{name} {ms:.3g} ms" for name, ms in timings.items())
+    if fastest == "fp32":
+        best = min(passing, key=timings.__getitem__)
+        gate = next(g for g in gates if g.method == best)
+        log.warning(
+            "model %r: int8 passes the accuracy gate but measures slower than fp32 (example call: %s): serving "
+            "fp32; precision_strict or int8_methods serves int8 anyway", module.name, calls,
+        )  # fmt: skip
+        _choices[module.module] = PrecisionChoice("int8", "fp32", gate, tuple(gates), timings)
+        return fp32
+    gate = next(g for g in gates if g.method == fastest)
     faster = f" (example call: {calls})" if timings else ""
     log.info("model %r: serving int8 (%s): %s%s", module.name, backend, gate.describe(), faster)
     _choices[module.module] = PrecisionChoice("int8", "int8", gate, tuple(gates), timings)
-    return passing[method]
+    return passing[fastest]
 
 
 def _fp32_instead(

@@ -44,6 +44,8 @@ def bad():
 
 
 def int8(backend: str, cache, **more) -> RuntimeOptions:
+    """int8 by ``dynamic`` (named: served when it passes, not raced against fp32's speed)."""
+    more.setdefault("int8_methods", ("dynamic",))
     return RuntimeOptions(backend=backend, precision="int8", compile_cache_dir=str(cache), warmup_iters=1, **more)
 
 

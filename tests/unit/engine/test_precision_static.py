@@ -88,17 +88,41 @@ def test_strict_refuses_a_static_quantization_that_fails(cnn, tmp_path):
         BACKENDS["onnxruntime"].compile(cnn, opts)
 
 
-def test_both_quantizers_are_gated_and_one_that_passes_is_served(cnn, tmp_path):
+def race(monkeypatch, call_ms: dict[str, float]) -> None:
+    """The start-up timing of each candidate, fixed: which is served must follow it."""
+    order = iter(call_ms.values())
+    monkeypatch.setattr("inferpool.engine.backends.precision._call_ms", lambda run, artifact, inputs: next(order))
+
+
+def test_every_quantizer_is_gated_and_the_fastest_that_passes_is_served(cnn, tmp_path, monkeypatch):
+    race(monkeypatch, {"dynamic": 2.0, "static": 1.0, "fp32": 3.0})
     BACKENDS["onnxruntime"].compile(cnn, options("onnxruntime", tmp_path))
     choice = precision_choice(cnn)
     assert choice is not None
     shown = choice.report()
     assert [g["method"] for g in shown["candidates"]] == ["dynamic", "static"]
-    passed = [g["method"] for g in shown["candidates"] if g["passed"]]
-    assert shown["method"] in passed
-    if len(passed) > 1:
-        assert set(shown["call_ms"]) == set(passed)
-        assert shown["call_ms"][shown["method"]] == min(shown["call_ms"].values())
+    assert all(g["passed"] for g in shown["candidates"])
+    assert shown["call_ms"] == {"dynamic": 2.0, "static": 1.0, "fp32": 3.0}
+    assert (shown["served"], shown["method"]) == ("int8", "static")
+
+
+def test_int8_that_passes_but_measures_slower_than_fp32_is_not_served(cnn, tmp_path, monkeypatch, caplog):
+    race(monkeypatch, {"dynamic": 2.0, "static": 3.0, "fp32": 1.0})
+    with caplog.at_level(logging.WARNING, logger="inferpool"):
+        got = run("onnxruntime", cnn, options("onnxruntime", tmp_path), UNSEEN)
+    choice = precision_choice(cnn)
+    assert choice is not None
+    assert choice.served == "fp32"
+    assert "int8 passes the accuracy gate but measures slower than fp32 (example call: dynamic 2 ms" in caplog.text
+    np.testing.assert_allclose(got, eager(cnn, UNSEEN), rtol=1e-3, atol=1e-4)
+
+
+def test_strict_serves_the_fastest_int8_without_racing_fp32(cnn, tmp_path, monkeypatch):
+    race(monkeypatch, {"dynamic": 2.0, "static": 3.0})
+    BACKENDS["onnxruntime"].compile(cnn, options("onnxruntime", tmp_path, precision_strict=True))
+    choice = precision_choice(cnn)
+    assert choice is not None
+    assert (choice.served, choice.report()["method"], set(choice.call_ms)) == ("int8", "dynamic", {"dynamic", "static"})
 
 
 def test_a_warm_start_neither_calibrates_nor_measures(cnn, tmp_path, monkeypatch):
