@@ -7,7 +7,8 @@ Every candidate is gated; of those that pass and fp32, the one whose example cal
 fastest at start-up is served (the timings are shown with the figures), since which is faster
 depends on the model and the CPU: dynamic int8 leaves a CNN's convolutions in fp32, static int8
 runs them in int8, and on a model as small as the digits CNN int8's extra (de)quantizing costs
-more than it saves. fp32 is left out of that race when int8 is wanted regardless of speed
+more than it saves. The race runs once per process tree: a compile for another thread plan, or in
+a serving process forked after the first, reuses its timings, so every process serves the same. fp32 is left out of that race when int8 is wanted regardless of speed
 (``precision_strict``, or ``int8_methods`` named).
 
 The gate (inferpool.engine.backends.gate): the quantized model's outputs against the fp32
@@ -35,7 +36,7 @@ import statistics
 import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -72,6 +73,8 @@ class PrecisionChoice:
     gate: Gate | None = None
     candidates: tuple[Gate, ...] = ()
     call_ms: Mapping[str, float] = field(default_factory=dict)
+    raced: tuple[str, RuntimeOptions] | None = None
+    """The backend and options (threads aside) the race ran for, to be reused for them."""
 
     def report(self) -> dict[str, Any]:
         def shown(gate: Gate) -> dict[str, Any]:
@@ -214,7 +217,12 @@ def serve_precision(
     against_fp32 = not (options.precision_strict or options.int8_methods)
     timed: dict[str, Artifact] = {**passing, **({"fp32": fp32} if against_fp32 else {})}
     timings: dict[str, float] = {}
-    if len(timed) > 1:
+    earlier, raced = _choices.get(module.module), (backend, replace(options, intra_op_threads=1, num_runtimes=0))
+    if earlier is not None and earlier.raced == raced and set(earlier.call_ms) == set(timed):
+        # Raced already in this process or the parent it was forked from (a rebuild for the thread
+        # plan, a serving process): the same choice, so that every process serves the same int8.
+        timings = dict(earlier.call_ms)
+    elif len(timed) > 1:
         inputs = dict(module.example_inputs)
         timings = {name: _call_ms(run, artifact, inputs) for name, artifact in timed.items()}
     fastest = min(timed, key=lambda name: timings.get(name, 0.0))
@@ -226,12 +234,12 @@ def serve_precision(
             "model %r: int8 passes the accuracy gate but measures slower than fp32 (example call: %s): serving "
             "fp32; precision_strict or int8_methods serves int8 anyway", module.name, calls,
         )  # fmt: skip
-        _choices[module.module] = PrecisionChoice("int8", "fp32", gate, tuple(gates), timings)
+        _choices[module.module] = PrecisionChoice("int8", "fp32", gate, tuple(gates), timings, raced)
         return fp32
     gate = next(g for g in gates if g.method == fastest)
     faster = f" (example call: {calls})" if timings else ""
     log.info("model %r: serving int8 (%s): %s%s", module.name, backend, gate.describe(), faster)
-    _choices[module.module] = PrecisionChoice("int8", "int8", gate, tuple(gates), timings)
+    _choices[module.module] = PrecisionChoice("int8", "int8", gate, tuple(gates), timings, raced)
     return passing[fastest]
 
 

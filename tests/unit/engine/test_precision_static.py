@@ -106,6 +106,23 @@ def test_every_quantizer_is_gated_and_the_fastest_that_passes_is_served(cnn, tmp
     assert (shown["served"], shown["method"]) == ("int8", "static")
 
 
+def test_a_rebuild_in_the_same_process_keeps_the_race_it_ran(cnn, tmp_path, monkeypatch):
+    """A compile for another thread plan, or in a forked serving process, must serve what the
+    first served, whatever a second timing would say: every process answers alike."""
+    race(monkeypatch, {"dynamic": 2.0, "static": 1.0, "fp32": 3.0})
+    BACKENDS["onnxruntime"].compile(cnn, options("onnxruntime", tmp_path))
+    race(monkeypatch, {"dynamic": 1.0, "static": 2.0, "fp32": 3.0})
+    BACKENDS["onnxruntime"].compile(cnn, options("onnxruntime", tmp_path, intra_op_threads=2))
+    choice = precision_choice(cnn)
+    assert choice is not None
+    assert choice.report()["method"] == "static"
+    race(monkeypatch, {"dynamic": 1.0, "static": 2.0, "fp32": 3.0})
+    BACKENDS["onnxruntime"].compile(cnn, options("onnxruntime", tmp_path, accuracy_min_agreement=0.5))
+    choice = precision_choice(cnn)
+    assert choice is not None
+    assert choice.report()["method"] == "dynamic"  # other options: raced again
+
+
 def test_int8_that_passes_but_measures_slower_than_fp32_is_not_served(cnn, tmp_path, monkeypatch, caplog):
     race(monkeypatch, {"dynamic": 2.0, "static": 3.0, "fp32": 1.0})
     with caplog.at_level(logging.WARNING, logger="inferpool"):
