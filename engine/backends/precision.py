@@ -7,9 +7,10 @@ Every candidate is gated; of those that pass and fp32, the one whose example cal
 fastest at start-up is served (the timings are shown with the figures), since which is faster
 depends on the model and the CPU: dynamic int8 leaves a CNN's convolutions in fp32, static int8
 runs them in int8, and on a model as small as the digits CNN int8's extra (de)quantizing costs
-more than it saves. The race runs once per process tree: a compile for another thread plan, or in
-a serving process forked after the first, reuses its timings, so every process serves the same. fp32 is left out of that race when int8 is wanted regardless of speed
-(``precision_strict``, or ``int8_methods`` named).
+more than it saves. fp32 is left out of that race when int8 is wanted regardless of speed
+(``precision_strict``, or ``int8_methods`` named). The race runs once per process tree: a compile
+for another thread plan, or in a serving process forked after the first, reuses its timings, so
+that every process serves the same.
 
 The gate (inferpool.engine.backends.gate): the quantized model's outputs against the fp32
 model's (which passed the parity check against eager) on held-out inputs: ``accuracy_inputs``
