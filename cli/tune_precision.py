@@ -1,13 +1,15 @@
 """``inferpool tune --accuracy-cosine C``: precision as one more axis of the search.
 
-int8 (``runtime.precision``, dynamic quantization of MatMul and Gemm: engine/backends/precision.py)
-changes answers, so it is tried only when asked, and only where the gate can let it serve: the
-fp32 search's winner (or closest) on a backend that quantizes, measured again as int8 with the
-same knobs. Its server starts with ``precision_strict`` and the gate at ``C``: a model whose
-int8 outputs fail the gate refuses to start, so that trial fails, is never measured and never
-chosen; one that passes is ranked with the others, and the confirmation decides as for any
-winner. A server that came up serving anything but int8 (it cannot, strict; said anyway) counts
-as failed too.
+int8 (``runtime.precision``: dynamic quantization of MatMul and Gemm, and static QDQ for models
+with convolutions; engine/backends/precision.py) changes answers, so it is tried only when asked,
+and only where the gate can let it serve: the fp32 search's winner (or closest) on a backend that
+quantizes, measured again as int8 with the same knobs. Its server starts with
+``precision_strict`` and the gate at ``C``: a model whose int8 outputs fail the gate refuses to
+start, so that trial fails, is never measured and never chosen (strict also serves the fastest
+int8 that passes without racing it against fp32 at start-up: the trial's load is what measures it
+against the fp32 winner); one that passes is ranked with the others, and the confirmation
+decides as for any winner. A server that came up serving anything but int8 (it cannot, strict;
+said anyway) counts as failed too.
 """
 
 from __future__ import annotations

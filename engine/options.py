@@ -9,6 +9,7 @@ from pydantic.dataclasses import dataclass
 from pydantic_core import ArgsKwargs
 
 from inferpool.engine.backends import BACKENDS, AotiInterface
+from inferpool.engine.backends.held_out import check_file
 from inferpool.engine.executors import DISPATCH_MODES
 
 LEND_MODES = ("auto", "on", "off")
@@ -21,6 +22,8 @@ or less. aoti (tens of seconds on a first compile) and torchscript (deprecated u
 are timed only when listed."""
 PRECISIONS = ("fp32", "int8")
 INT8_BACKENDS = ("onnxruntime", "openvino")
+INT8_METHODS = ("dynamic", "static")
+"""The quantizers of inferpool.engine.backends.quantize.QUANTIZERS, by name."""
 REMOVED = {
     "inline_below_us": "dispatch='auto' no longer compares the call's duration with a fixed threshold: it "
     "measures how long the call holds the GIL and what a hand-off to a worker thread costs "
@@ -186,27 +189,39 @@ class RuntimeOptions:
 
     precision: str = "fp32"
     """``fp32``, or ``int8`` (backends ``onnxruntime`` and ``openvino``, named, not ``auto``): the
-    model's ONNX export quantized (dynamic int8 on MatMul/Gemm; convolutions stay fp32, where int8
-    measured slower) and served only if it passes an accuracy gate against fp32 on held-out
-    inputs (``accuracy_min_cosine``, ``accuracy_min_agreement``, ``accuracy_inputs``). One that
-    fails is served in fp32 with a warning naming the measured figure, or refused with
-    ``precision_strict``. The gate's figures are served at ``/v2/models/{name}/config`` and cached
-    with the quantized file (engine/backends/precision.py)."""
+    model's ONNX export quantized (``int8_methods``) and served only if it passes an accuracy gate
+    against fp32 on held-out inputs (``accuracy_min_cosine``, ``accuracy_min_agreement``,
+    ``accuracy_inputs``) and measures faster than fp32 at start-up. One that fails is served in
+    fp32 with a warning naming the measured figures, or refused with ``precision_strict``. The
+    gate's figures are served at ``/v2/models/{name}/config`` and cached with the quantized file
+    (engine/backends/precision.py)."""
+
+    int8_methods: tuple[str, ...] = ()
+    """``precision = "int8"``: the quantizers to try, of ``dynamic`` (MatMul/Gemm, no calibration)
+    and ``static`` (QDQ on Conv/MatMul/Gemm, calibrated; only for a graph with convolutions);
+    () = every one that applies, raced against fp32: of those that pass the gate and fp32, the
+    fastest example call at start-up is served. Named, they race only each other: int8 is served
+    whenever one passes."""
 
     precision_strict: bool = False
-    """``precision = "int8"``: refuse to start when int8 fails the gate, instead of serving fp32."""
+    """``precision = "int8"``: refuse to start when int8 fails the gate, instead of serving fp32;
+    and serve int8 that passes even where fp32 measures faster."""
 
     accuracy_min_cosine: float = 0.99
     """The int8 gate: the least cosine similarity between an int8 output item (a row of a batched
-    output) and its fp32 counterpart, for every item."""
+    output that is not a classifier's probabilities) and its fp32 counterpart, for every item."""
 
     accuracy_min_agreement: float = 0.99
-    """The int8 gate: the least share of items whose integer outputs (labels) equal fp32's."""
+    """The int8 gate for classifiers: the least share of items whose labels (integer outputs, and the
+    argmax of outputs whose rows are probabilities) equal fp32's (top-1 agreement)."""
 
     accuracy_inputs: str = ""
-    """The int8 gate's held-out inputs: an ``.npz`` of arrays named as the model's inputs (a batch
-    of varied, real inputs: for a text model, tokenized texts); "" = the example inputs and
-    seeded random variations of their float inputs (integer inputs, token ids, stay as they are)."""
+    """The int8 gate's held-out inputs, varied and real: a ``.jsonl`` file, one call a line, each
+    a JSON object of the model's inputs as a ``/predict`` request's ``inputs`` holds them
+    (``{"image": [[...]]}``: one sample or a batch; for a text model, token ids), or an ``.npz``
+    of arrays named as the inputs. Static int8 calibrates on every 4th line, the gate takes the
+    others. "" = the model's own held-out inputs if it has them (MiniLM, digits), else the
+    example inputs and seeded random variations of their float inputs (integer inputs stay)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -258,6 +273,13 @@ class RuntimeOptions:
         )
         checks["accuracy_min_cosine"] = (-1 <= self.accuracy_min_cosine <= 1, "use a cosine between -1 and 1")
         checks["accuracy_min_agreement"] = (0 <= self.accuracy_min_agreement <= 1, "use a share between 0 and 1")
+        checks["int8_methods"] = (
+            set(self.int8_methods) <= set(INT8_METHODS),
+            f"use names from {list(INT8_METHODS)}, or () for every one that applies to the model",
+        )
+        if self.accuracy_inputs:
+            wrong = check_file(self.accuracy_inputs)
+            checks["accuracy_inputs"] = (wrong is None, wrong or "")
         if self.max_batch_size > 1 and self.dispatch == "inline":
             fix = "batching runs on worker threads: use 'threads' or 'auto', or max_batch_size=1"
             checks["dispatch"] = (False, fix)

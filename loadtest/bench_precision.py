@@ -1,6 +1,7 @@
-"""Bare-engine items/s: eager, onnxruntime and openvino in fp32, and both in dynamic int8 (issue 31).
+"""Bare-engine items/s: eager, onnxruntime and openvino in fp32, and both in int8 (issue 31).
 
-    python -m loadtest.bench_precision [--models digits,mlp,minilm] [--rounds N] [--seconds S]
+    python -m loadtest.bench_precision [--models digits,mlp,minilm,resnet] [--rounds N] [--seconds S]
+    python -m loadtest.bench_precision --models resnet,digits --cases 1x2,8x1   # batch x threads
 
 No server: one runtime per row on its backend's shared artifact, called back to back on one
 batch, in rounds interleaved across the rows of a model and thread count so that machine noise
@@ -25,25 +26,30 @@ import torch
 
 from inferpool.engine import BACKENDS, InferenceModule, RuntimeOptions, load_model
 from inferpool.engine.backends.base import Runtime
-from inferpool.engine.backends.precision import precision_choice
+from inferpool.engine.backends.precision import Gate, precision_choice
 from inferpool.engine.schema import Array
 
 MODELS = {
     "digits": "inferpool.engine.zoo.digits:build",
     "mlp": "inferpool.engine.zoo.mlp:build",
     "minilm": "inferpool.engine.zoo.minilm:build",
+    "resnet": "loadtest.resnet:build",
 }
+CONVOLUTIONAL = ("digits", "resnet")
 
 
-def configs() -> list[tuple[str, str, str]]:
-    """(row label, backend, precision)."""
-    rows = [("eager", "eager", "fp32"), ("onnxruntime", "onnxruntime", "fp32")]
-    if find_spec("openvino") is not None:
-        rows.append(("openvino", "openvino", "fp32"))
-    rows.append(("onnxruntime int8", "onnxruntime", "int8"))
-    if find_spec("openvino") is not None:
-        rows.append(("openvino int8", "openvino", "int8"))
-    return rows
+def configs(name: str) -> list[tuple[str, str, str]]:
+    """(row label, backend, int8 method or "fp32")."""
+    backends = ["onnxruntime", *(["openvino"] if find_spec("openvino") is not None else [])]
+    methods = ["dynamic", *(["static"] if name in CONVOLUTIONAL else [])]
+    rows = [("eager", "eager", "fp32"), *((b, b, "fp32") for b in backends)]
+    return rows + [(f"{b} int8 {m}", b, m) for b in backends for m in methods]
+
+
+def verdict(gate: Gate) -> str:
+    """The gate's figures, judged at the default thresholds."""
+    judged = Gate(gate.figures, 0.99, 0.99, gate.inputs, gate.method)
+    return f"gate at 0.99: {'pass' if judged.passed else 'FAIL'} ({judged.describe()})"
 
 
 def minilm_gate_file(directory: Path) -> str:
@@ -66,22 +72,21 @@ def bench_model(name: str, threads: int, batches: list[int], args: argparse.Name
     module = InferenceModule.from_spec(load_model(MODELS[name]))
     runtimes: dict[str, Runtime] = {}
     gates: dict[str, str] = {}
-    for label, backend, precision in configs():
+    for label, backend, method in configs(name):
+        int8 = method != "fp32"
         options = RuntimeOptions(
-            backend=backend, intra_op_threads=threads, precision=precision, compile_cache_dir=args.cache,
-            accuracy_min_cosine=-1.0, accuracy_inputs=gate if precision == "int8" else "",
+            backend=backend, intra_op_threads=threads, precision="int8" if int8 else "fp32",
+            compile_cache_dir=args.cache, accuracy_min_cosine=-1.0, accuracy_min_agreement=0.0,
+            accuracy_inputs=gate if int8 else "", int8_methods=(method,) if int8 else (),
         )  # fmt: skip
         started = time.perf_counter()
         compiled = BACKENDS[backend].compile(module, options)
         runtime = BACKENDS[backend](module, options, compiled)
         runtime.warmup()
         runtimes[label] = runtime
-        choice = precision_choice(module) if precision == "int8" else None
+        choice = precision_choice(module) if int8 else None
         if choice is not None and choice.gate is not None:
-            f = choice.gate.figures
-            verdict = "pass" if f.min_cosine >= 0.99 and (f.agreement or 1.0) >= 0.99 else "FAIL"
-            agree = "" if f.agreement is None else f", labels agree {f.agreement:.3f}"
-            gates[label] = f"gate at 0.99: {verdict} (min cos {f.min_cosine:.3f}, mean {f.mean_cosine:.3f}{agree})"
+            gates[label] = verdict(choice.gate)
         print(f"  {name} {label} threads={threads}: ready in {time.perf_counter() - started:.1f} s", flush=True)
     rows = [(label, b) for b in batches for label in runtimes]
     inputs = {b: module.examples(b) for b in batches}
@@ -97,11 +102,23 @@ def bench_model(name: str, threads: int, batches: list[int], args: argparse.Name
             print(f"| {name} | {b} | {threads} | {label} | {value:,.1f} | {value / eager:.2f} | {gate} |")
 
 
+def cases(args: argparse.Namespace, batches: list[int]) -> dict[int, list[int]]:
+    """Threads -> batch sizes: the grid of --threads x --batches, or the --cases pairs."""
+    if not args.cases:
+        return {int(t): batches for t in args.threads.split(",")}
+    grouped: dict[int, list[int]] = {}
+    for case in args.cases.split(","):
+        batch, threads = (int(v) for v in case.split("x"))
+        grouped.setdefault(threads, []).append(batch)
+    return grouped
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default="digits,mlp,minilm")
     parser.add_argument("--batches", default="1,16")
     parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--cases", default="", help="batch x threads pairs, e.g. 1x2,8x1 (instead of the grid)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=0.5, help="per row and round")
     parser.add_argument("--cache", default="", help="compile cache (default: the user's)")
@@ -113,8 +130,8 @@ def main() -> None:
         print("| model | batch | threads | backend | items/s | x eager | int8 gate |")
         print("|---|---|---|---|---|---|---|")
         for name in args.models.split(","):
-            for threads in (int(t) for t in args.threads.split(",")):
-                bench_model(name, threads, batches, args, gate if name == "minilm" else "")
+            for threads, sizes in cases(args, batches).items():
+                bench_model(name, threads, sizes, args, gate if name == "minilm" else "")
 
 
 if __name__ == "__main__":

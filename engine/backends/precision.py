@@ -1,104 +1,94 @@
 """``runtime.precision = "int8"``: the ONNX export quantized, served only if it passes an accuracy gate.
 
-Dynamic int8 (``onnxruntime.quantization.quantize_dynamic``: int8 weights, activations quantized
-per call) on MatMul and Gemm only, the ops where it measured faster (MiniLM 2.6-2.9x); on
-convolutions it measured 3.5x *slower*, so they stay fp32 (issue 31). Both onnxruntime and
-openvino serve the same quantized file (OpenVINO reads its MatMulInteger and
-DynamicQuantizeLinear). Static QDQ / NNCF quantization with calibration is not built.
+The quantizers (inferpool.engine.backends.quantize): ``dynamic`` int8 on MatMul and Gemm, and for
+a graph with convolutions ``static`` QDQ int8 calibrated on inputs apart from the gate's
+(inferpool.engine.backends.held_out). Both onnxruntime and openvino serve the same quantized files.
+Every candidate is gated; of those that pass and fp32, the one whose example call measures
+fastest at start-up is served (the timings are shown with the figures), since which is faster
+depends on the model and the CPU: dynamic int8 leaves a CNN's convolutions in fp32, static int8
+runs them in int8, and on a model as small as the digits CNN int8's extra (de)quantizing costs
+more than it saves. fp32 is left out of that race when int8 is wanted regardless of speed
+(``precision_strict``, or ``int8_methods`` named). The race runs once per process tree: a compile
+for another thread plan, or in a serving process forked after the first, reuses its timings, so
+that every process serves the same.
 
-The gate: the quantized model's outputs against the fp32 model's (which passed the parity check
-against eager) on held-out inputs: ``accuracy_inputs`` (an ``.npz`` of arrays named as the
-model's inputs), else the model's own (``ModelSpec.held_out``: MiniLM's 220 varied texts, one
-call each as requests send them, since dynamic int8 scales each call's activations by that
-call's range), else the example inputs and seeded random variations of their float inputs.
-Every float output item (a row of a batched output) must have cosine >= ``accuracy_min_cosine``
-to its fp32 counterpart, and integer outputs (labels) must agree on >= ``accuracy_min_agreement``
-of the items. A model that fails is served in fp32 with a warning naming the measured figure:
-an option asked for speed, and stopping the server over it would turn a slower answer into no
-answer; ``precision_strict`` refuses to start instead, for whoever would rather know.
+The gate (inferpool.engine.backends.gate): the quantized model's outputs against the fp32
+model's (which passed the parity check against eager) on held-out inputs: ``accuracy_inputs``
+(a JSONL file of the user's, one call a line, or an ``.npz``), else the model's own
+(``ModelSpec.held_out``: MiniLM's 220 varied texts, the digits CNN's 360 test images, one call
+each as requests send them, since dynamic int8 scales each call's activations by that call's
+range), else the example inputs and seeded random variations of their float inputs. Embedding
+items must have cosine >= ``accuracy_min_cosine`` to fp32's, classifier outputs top-1 agreement
+>= ``accuracy_min_agreement`` (max |Δp| reported). A model whose every candidate fails is served
+in fp32 with a warning naming the measured figures: an option asked for speed, and stopping the
+server over it would turn a slower answer into no answer; ``precision_strict`` refuses to start
+instead, for whoever would rather know.
 
-Cached with the export: the quantized file is named by a key over the export's key, the
-quantizer and its settings (``<model>-<key>.int8.onnx``), and the gate's figures are written beside
-it (``.gate.json``, keyed by the inputs they were measured on), so a warm start neither quantizes
-nor measures again; the thresholds are applied to the cached figures at every start.
+Cached with each quantized file: the gate's figures are written beside it (``.gate.json``, keyed
+by the file's bytes, the inputs they were measured on and the backend), so a warm start neither
+quantizes nor measures again; the thresholds are applied to the cached figures at every start.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import statistics
+import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 import torch
 
-from inferpool.engine.backends.onnx_export import OnnxExport, require
-from inferpool.engine.backends.parity import random_inputs
-from inferpool.engine.compile_cache import artifact_path, cache_dir, content_key, write_atomically
+from inferpool.engine.backends.gate import Gate, GateFigures, measure
+from inferpool.engine.backends.held_out import held_out
+from inferpool.engine.backends.onnx_export import OnnxExport
+from inferpool.engine.backends.quantize import SUFFIX, Quantizer, candidates, quantized
+from inferpool.engine.compile_cache import content_key, write_atomically
 from inferpool.engine.errors import ModelLoadError
 from inferpool.engine.module import InferenceModule
 from inferpool.engine.onnx_source import OnnxFile
 from inferpool.engine.options import RuntimeOptions
 from inferpool.engine.schema import Array
 
+__all__ = ["Gate", "GateFigures", "PrecisionChoice", "measure", "precision_choice", "serve_precision"]
 log = logging.getLogger(__name__)
-SUFFIX = ".int8.onnx"
-OP_TYPES = ("MatMul", "Gemm")
-QUANTIZER = f"quantize_dynamic weight_type=QInt8 per_channel=False op_types={','.join(OP_TYPES)}"
-GATE_BATCH = 8
-GATE_SEEDS = 4
-"""Random variations of the example inputs: GATE_SEEDS batches of GATE_BATCH items."""
+TIMING_CALLS = (3, 200)
+TIMING_SECONDS = 0.3
+"""Per passing candidate when several pass: the example call's median over TIMING_SECONDS of
+calls, at least and at most TIMING_CALLS of them (a ResNet-50's three, a digits CNN's 200)."""
 Artifact = TypeVar("Artifact")
 
 
 @dataclass(frozen=True)
-class GateFigures:
-    """int8 against fp32 on the gate's inputs."""
-
-    items: int
-    min_cosine: float
-    mean_cosine: float
-    max_abs_diff: float
-    agreement: float | None
-    """Share of items whose integer outputs (labels) are equal; None without integer outputs."""
-
-
-@dataclass(frozen=True)
-class Gate:
-    figures: GateFigures
-    min_cosine: float
-    min_agreement: float
-    inputs: str
-
-    @property
-    def passed(self) -> bool:
-        agreement = self.figures.agreement
-        return self.figures.min_cosine >= self.min_cosine and (agreement is None or agreement >= self.min_agreement)
-
-    def describe(self) -> str:
-        f = self.figures
-        agree = "" if f.agreement is None else f", label agreement {f.agreement:.4f} (needs {self.min_agreement})"
-        return (
-            f"min cosine {f.min_cosine:.4f} (needs {self.min_cosine}), mean {f.mean_cosine:.4f}{agree}, "
-            f"max |diff| {f.max_abs_diff:.3g} over {f.items} items of {self.inputs}"
-        )
-
-
-@dataclass(frozen=True)
 class PrecisionChoice:
-    """What ``/v2/models/{name}/config`` shows: asked, served, and the gate's figures."""
+    """What ``/v2/models/{name}/config`` shows: asked, served, the gate's figures, and every
+    candidate's (with its example call's median milliseconds when several passed)."""
 
     configured: str
     served: str
     gate: Gate | None = None
+    candidates: tuple[Gate, ...] = ()
+    call_ms: Mapping[str, float] = field(default_factory=dict)
+    raced: tuple[str, RuntimeOptions] | None = None
+    """The backend and options (threads aside) the race ran for, to be reused for them."""
 
     def report(self) -> dict[str, Any]:
-        gate = None if self.gate is None else {**asdict(self.gate), "passed": self.gate.passed}
-        return {"configured": self.configured, "served": self.served, "gate": gate}
+        def shown(gate: Gate) -> dict[str, Any]:
+            return {**asdict(gate), "passed": gate.passed}
+
+        return {
+            "configured": self.configured,
+            "served": self.served,
+            "method": self.gate.method if self.gate is not None and self.served == "int8" else None,
+            "gate": None if self.gate is None else shown(self.gate),
+            "candidates": [shown(g) for g in self.candidates],
+            "call_ms": dict(self.call_ms),
+        }
 
 
 _choices: weakref.WeakKeyDictionary[torch.nn.Module, PrecisionChoice] = weakref.WeakKeyDictionary()
@@ -109,93 +99,24 @@ def precision_choice(module: InferenceModule) -> PrecisionChoice | None:
     return _choices.get(module.module)
 
 
-def quantized(
-    module: InferenceModule, options: RuntimeOptions, exported: OnnxExport, *, rebuild: bool = False
-) -> tuple[Path, bool]:
-    """The cached int8 file of ``exported``, quantized now if absent (or ``rebuild``), and
-    whether it was quantized now."""
-    quantization = require("onnxruntime.quantization")
-    key = content_key([exported.key, QUANTIZER, require("onnxruntime").__version__])
-    path = artifact_path(cache_dir(options.compile_cache_dir), module.name, key, SUFFIX)
-    if path.is_file() and not rebuild:
-        return path, False
-    model = exported.model  # bytes: an unwritable cache, the export in memory
-    source = require("onnx").load_from_string(model) if isinstance(model, bytes) else str(model)
-
-    def produce(target: Path) -> None:
-        quantization.quantize_dynamic(
-            source, str(target), weight_type=quantization.QuantType.QInt8, op_types_to_quantize=list(OP_TYPES)
-        )
-
-    try:
-        write_atomically(path, produce)
-    except Exception as exc:
-        raise ModelLoadError(f"cannot quantize model {module.name!r} to int8: {exc}; use precision 'fp32'") from exc
-    log.info("model %r: quantized to int8 -> %s", module.name, path)
-    return path, True
-
-
 def _load_int8(
-    module: InferenceModule, options: RuntimeOptions, exported: OnnxExport, load: Callable[[Path], Artifact]
+    module: InferenceModule,
+    options: RuntimeOptions,
+    exported: OnnxExport,
+    quantizer: Quantizer,
+    calibration: Sequence[dict[str, Array]],
+    load: Callable[[Path], Artifact],
 ) -> tuple[Path, Artifact]:
     """The int8 file and its artifact; a cached file that does not load is quantized again."""
-    path, fresh = quantized(module, options, exported)
+    path, fresh = quantized(module, options, exported, quantizer, calibration)
     try:
         return path, load(path)
     except ModelLoadError as exc:
         if fresh:
             raise
         log.warning("the cached int8 file %s is unusable, quantizing %r again: %s", path, module.name, exc)
-    path, _ = quantized(module, options, exported, rebuild=True)
+    path, _ = quantized(module, options, exported, quantizer, calibration, rebuild=True)
     return path, load(path)
-
-
-def gate_inputs(module: InferenceModule, options: RuntimeOptions) -> tuple[list[dict[str, Array]], str]:
-    """The held-out batches and what they are (for the figures' description)."""
-    names = [s.name for s in module.schema.inputs]
-    if options.accuracy_inputs:
-        try:
-            with np.load(options.accuracy_inputs) as data:
-                batch = {name: np.ascontiguousarray(data[name]) for name in names}
-        except (OSError, KeyError, ValueError) as exc:
-            raise ModelLoadError(
-                f"accuracy_inputs {options.accuracy_inputs!r} is not an .npz of arrays named {names}: {exc}"
-            ) from exc
-        return [batch], options.accuracy_inputs
-    if module.held_out:
-        return [dict(batch) for batch in module.held_out], f"the model's {len(module.held_out)} held-out inputs"
-    batched = all(spec.batched for spec in module.schema.inputs)
-    examples = module.examples(GATE_BATCH) if batched else dict(module.example_inputs)
-    batches = [dict(module.example_inputs), *(random_inputs(examples, seed) for seed in range(GATE_SEEDS))]
-    return batches, f"the example inputs and {GATE_SEEDS} seeded random variations"
-
-
-def _rows(array: np.ndarray, batched: bool) -> np.ndarray:
-    array = np.asarray(array, dtype=np.float64)
-    return array.reshape(array.shape[0], -1) if batched and array.ndim > 0 else array.reshape(1, -1)
-
-
-def measure(fp32: Sequence[Sequence[np.ndarray]], int8: Sequence[Sequence[np.ndarray]], batched: bool) -> GateFigures:
-    """Per batch, per output: cosine per item of float outputs, agreement of integer ones."""
-    cosines: list[np.ndarray] = []
-    agreements: list[np.ndarray] = []
-    worst = 0.0
-    for want_outputs, got_outputs in zip(fp32, int8, strict=True):
-        for want, got in zip(want_outputs, got_outputs, strict=True):
-            if np.asarray(want).dtype.kind != "f":
-                equal = _rows(got, batched) == _rows(want, batched)
-                agreements.append(equal.all(axis=1))
-                continue
-            a, b = _rows(want, batched), _rows(got, batched)
-            worst = max(worst, float(np.max(np.abs(a - b), initial=0.0)))
-            norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
-            both_zero = (np.linalg.norm(a, axis=1) == 0) & (np.linalg.norm(b, axis=1) == 0)
-            cosine = np.where(both_zero, 1.0, np.sum(a * b, axis=1) / np.maximum(norms, 1e-30))
-            cosines.append(cosine)
-    every = np.concatenate(cosines) if cosines else np.ones(1)
-    agreement = float(np.concatenate(agreements).mean()) if agreements else None
-    items = max(len(every), len(np.concatenate(agreements)) if agreements else 0)
-    return GateFigures(items, float(every.min()), float(every.mean()), worst, agreement)
 
 
 def _figures_path(path: Path) -> Path:
@@ -237,6 +158,20 @@ def check_source(module: InferenceModule, options: RuntimeOptions) -> None:
         )
 
 
+def _call_ms(
+    run: Callable[[Artifact, Mapping[str, Array]], object], artifact: Artifact, inputs: Mapping[str, Array]
+) -> float:
+    run(artifact, inputs)  # the first call allocates
+    durations: list[float] = []
+    started = time.perf_counter()
+    fewest, most = TIMING_CALLS
+    while len(durations) < most and (time.perf_counter() - started < TIMING_SECONDS or len(durations) < fewest):
+        begun = time.perf_counter()
+        run(artifact, inputs)
+        durations.append((time.perf_counter() - begun) * 1e3)
+    return statistics.median(durations)
+
+
 def serve_precision(
     module: InferenceModule,
     options: RuntimeOptions,
@@ -247,39 +182,77 @@ def serve_precision(
     run: Callable[[Artifact, Mapping[str, Array]], Sequence[np.ndarray]],
 ) -> Artifact:
     """The artifact to serve for ``options.precision``: ``fp32`` itself, or the int8 one
-    ``load`` builds from the quantized file when it passes the gate (see the module docstring)."""
+    ``load`` builds from a quantized file that passes the gate (see the module docstring)."""
     if options.precision == "fp32":
         _choices.pop(module.module, None)
         return fp32
     check_source(module, options)
-    try:
-        path, int8 = _load_int8(module, options, exported, load)
-    except ModelLoadError as exc:
-        return _fp32_instead(module, options, f"model {module.name!r}: int8 is unavailable: {exc}", None, fp32)
-    batches, described = gate_inputs(module, options)
-    key = _inputs_key(path, batches, backend)
-    figures = _cached_figures(path, key)
-    if figures is None:
-        batched = all(spec.batched for spec in module.schema.inputs)
-        figures = measure([run(fp32, b) for b in batches], [run(int8, b) for b in batches], batched)
-        _save_figures(path, key, figures)
-    gate = Gate(figures, options.accuracy_min_cosine, options.accuracy_min_agreement, described)
-    if gate.passed:
-        log.info("model %r: serving int8 (%s): %s", module.name, backend, gate.describe())
-        _choices[module.module] = PrecisionChoice("int8", "int8", gate)
-        return int8
-    return _fp32_instead(module, options, f"model {module.name!r}: int8 fails the accuracy gate: {gate.describe()}",
-                         gate, fp32)  # fmt: skip
+    quantizers = candidates(exported, options.int8_methods)
+    calibration, batches, described = held_out(module, options.accuracy_inputs, any(q.calibrates for q in quantizers))
+    batched = all(spec.batched for spec in module.schema.inputs)
+    reference: list[Sequence[np.ndarray]] = []
+    gates: list[Gate] = []
+    passing: dict[str, Artifact] = {}
+    unavailable = [] if quantizers else [f"none of {list(options.int8_methods)} applies (static needs convolutions)"]
+    for quantizer in quantizers:
+        try:
+            path, int8 = _load_int8(module, options, exported, quantizer, calibration, load)
+        except ModelLoadError as exc:
+            unavailable.append(f"{quantizer.name}: {exc}")
+            continue
+        key = _inputs_key(path, batches, backend)
+        figures = _cached_figures(path, key)
+        if figures is None:
+            reference = reference or [run(fp32, b) for b in batches]
+            figures = measure(reference, [run(int8, b) for b in batches], batched)
+            _save_figures(path, key, figures)
+        gate = Gate(figures, options.accuracy_min_cosine, options.accuracy_min_agreement, described, quantizer.name)
+        gates.append(gate)
+        if gate.passed:
+            passing[quantizer.name] = int8
+    if not passing:
+        why = "; ".join([*(g.describe() for g in gates), *unavailable])
+        verdict = "fails the accuracy gate" if gates else "is unavailable"
+        return _fp32_instead(module, options, f"model {module.name!r}: int8 {verdict}: {why}", tuple(gates), fp32)
+    # Against fp32 too, unless int8 was asked for regardless of speed (strict, or named methods).
+    against_fp32 = not (options.precision_strict or options.int8_methods)
+    timed: dict[str, Artifact] = {**passing, **({"fp32": fp32} if against_fp32 else {})}
+    timings: dict[str, float] = {}
+    earlier, raced = _choices.get(module.module), (backend, replace(options, intra_op_threads=1, num_runtimes=0))
+    if earlier is not None and earlier.raced == raced and set(earlier.call_ms) == set(timed):
+        # Raced already in this process or the parent it was forked from (a rebuild for the thread
+        # plan, a serving process): the same choice, so that every process serves the same int8.
+        timings = dict(earlier.call_ms)
+    elif len(timed) > 1:
+        inputs = dict(module.example_inputs)
+        timings = {name: _call_ms(run, artifact, inputs) for name, artifact in timed.items()}
+    fastest = min(timed, key=lambda name: timings.get(name, 0.0))
+    calls = ", ".join(f"{name} {ms:.3g} ms" for name, ms in timings.items())
+    if fastest == "fp32":
+        best = min(passing, key=timings.__getitem__)
+        gate = next(g for g in gates if g.method == best)
+        log.warning(
+            "model %r: int8 passes the accuracy gate but measures slower than fp32 (example call: %s): serving "
+            "fp32; precision_strict or int8_methods serves int8 anyway", module.name, calls,
+        )  # fmt: skip
+        _choices[module.module] = PrecisionChoice("int8", "fp32", gate, tuple(gates), timings, raced)
+        return fp32
+    gate = next(g for g in gates if g.method == fastest)
+    faster = f" (example call: {calls})" if timings else ""
+    log.info("model %r: serving int8 (%s): %s%s", module.name, backend, gate.describe(), faster)
+    _choices[module.module] = PrecisionChoice("int8", "int8", gate, tuple(gates), timings, raced)
+    return passing[fastest]
 
 
 def _fp32_instead(
-    module: InferenceModule, options: RuntimeOptions, message: str, gate: Gate | None, fp32: Artifact
+    module: InferenceModule, options: RuntimeOptions, message: str, gates: tuple[Gate, ...], fp32: Artifact
 ) -> Artifact:
     """int8 was asked and cannot be served: fp32 with a warning, or refused (``precision_strict``)."""
     if options.precision_strict:
         raise ModelLoadError(
-            f"{message}; precision_strict refuses to serve it: use precision 'fp32', or lower accuracy_min_cosine"
+            f"{message}; precision_strict refuses to serve it: use precision 'fp32', or lower accuracy_min_cosine "
+            "or accuracy_min_agreement"
         )
     log.warning("%s; serving fp32", message)
-    _choices[module.module] = PrecisionChoice("int8", "fp32", gate)
+    _choices[module.module] = PrecisionChoice("int8", "fp32", gates[0] if gates else None, gates)
     return fp32

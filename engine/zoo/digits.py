@@ -7,14 +7,19 @@ the network.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 
 from inferpool.engine.spec import ModelSpec
 
 WEIGHTS = Path(__file__).with_name("digits_cnn.pt")
+HELD_OUT_FILE = Path(__file__).with_name("digits_held_out.jsonl")
+"""The 360 test images of ``train_digits.split`` (never trained on), one ``{"image": [[[...]]]}``
+a line, in the format ``runtime.accuracy_inputs`` reads: the int8 gate's own held-out inputs."""
 # sklearn's digits are 0..16 grey levels; the model scales them itself so that clients can
 # send the data exactly as the dataset (and a scanner) produces it.
 MAX_PIXEL = 16.0
@@ -48,6 +53,12 @@ class DigitsCNN(nn.Module):
         return probabilities, probabilities.argmax(dim=1)
 
 
+def held_out_inputs() -> list[dict[str, np.ndarray]]:
+    """Each held-out image as a one-image call, as a request sends it."""
+    lines = HELD_OUT_FILE.read_text("utf-8").splitlines()
+    return [{"image": np.asarray(json.loads(line)["image"], dtype=np.float32)[None]} for line in lines if line]
+
+
 def build() -> ModelSpec:
     """Factory named by the default config: ``inferpool.engine.zoo.digits:build``."""
     model = DigitsCNN()
@@ -57,4 +68,5 @@ def build() -> ModelSpec:
         example_inputs={"image": torch.zeros(1, 1, 8, 8)},
         output_names=("probabilities", "label"),
         name="digits",
+        held_out=held_out_inputs(),
     )

@@ -44,12 +44,15 @@ def bad():
 
 
 def int8(backend: str, cache, **more) -> RuntimeOptions:
+    """int8 by ``dynamic`` (named: served when it passes, not raced against fp32's speed)."""
+    more.setdefault("int8_methods", ("dynamic",))
     return RuntimeOptions(backend=backend, precision="int8", compile_cache_dir=str(cache), warmup_iters=1, **more)
 
 
 def run(backend: str, module: InferenceModule, options: RuntimeOptions, inputs: np.ndarray) -> np.ndarray:
+    """The model's one output for ``inputs`` as its one input, on ``backend`` as ``options`` build it."""
     runtime = BACKENDS[backend](module, options, BACKENDS[backend].compile(module, options))
-    return runtime.run({"x": inputs})["y"]
+    return runtime.run({module.schema.inputs[0].name: inputs})[module.schema.outputs[0].name]
 
 
 def eager(module: InferenceModule, inputs: np.ndarray) -> np.ndarray:
@@ -73,7 +76,7 @@ def test_a_model_that_passes_the_gate_is_served_int8_within_it(good, tmp_path, b
     assert (choice.configured, choice.served) == ("int8", "int8")
     assert choice.gate is not None
     assert choice.gate.passed
-    assert choice.gate.figures.min_cosine >= 0.99
+    assert (choice.gate.figures.min_cosine or 0.0) >= 0.99
     want = eager(good, HELD_OUT)
     assert not np.allclose(got, want, rtol=1e-3, atol=1e-5)  # really the quantized model, not fp32
     assert cosines(got, want).min() >= 0.99  # and within the gate on inputs it never saw
@@ -89,14 +92,17 @@ def test_a_model_that_fails_the_gate_is_served_fp32_with_a_warning_naming_the_fi
     assert choice.served == "fp32"
     assert choice.gate is not None
     figure = choice.gate.figures.min_cosine
+    assert figure is not None
     assert figure < 0.99
-    assert f"model 'bad': int8 fails the accuracy gate: min cosine {figure:.4f} (needs 0.99)" in caplog.text
+    assert f"model 'bad': int8 fails the accuracy gate: dynamic: min cosine {figure:.4f} (needs 0.99)" in caplog.text
     assert "serving fp32" in caplog.text
     np.testing.assert_allclose(got, eager(bad, HELD_OUT), rtol=1e-3, atol=1e-4)  # fp32: eager's answers
 
 
 def test_strict_refuses_to_start_naming_the_figure(bad, tmp_path):
-    with pytest.raises(ModelLoadError, match=r"int8 fails the accuracy gate: min cosine -?\d\.\d+ .*precision_strict"):
+    with pytest.raises(
+        ModelLoadError, match=r"int8 fails the accuracy gate: dynamic: min cosine -?\d\.\d+ .*precision_strict"
+    ):
         BACKENDS["onnxruntime"].compile(bad, int8("onnxruntime", tmp_path, precision_strict=True))
 
 
@@ -118,13 +124,19 @@ def test_the_quantized_file_and_figures_are_cached_beside_the_export(good, tmp_p
     ops = {node.op_type for node in onnx.load(str(quantized)).graph.node}
     assert "MatMulInteger" in ops
 
+    assert_a_warm_start_reuses_the_cache(good, options, "quantize_dynamic", monkeypatch)
+
+
+def assert_a_warm_start_reuses_the_cache(module, options, quantizer: str, monkeypatch) -> None:
+    """Compiled again with ``options``: served int8 without quantizing or measuring again."""
+
     def never(*args, **kwargs):
         raise AssertionError("a warm start quantized or measured again")
 
-    monkeypatch.setattr(precision, "measure", never)
-    monkeypatch.setattr("onnxruntime.quantization.quantize_dynamic", never)
-    BACKENDS["onnxruntime"].compile(good, options)
-    choice = precision_choice(good)
+    monkeypatch.setattr(precision, "measure", never)  # the name serve_precision calls
+    monkeypatch.setattr(f"onnxruntime.quantization.{quantizer}", never)
+    BACKENDS["onnxruntime"].compile(module, options)
+    choice = precision_choice(module)
     assert choice is not None
     assert choice.served == "int8"
 
@@ -134,8 +146,9 @@ def test_fp32_writes_no_int8_file(good, tmp_path):
     assert not list(tmp_path.glob("*.int8.onnx"))
 
 
-def test_convolutions_stay_fp32(digits_module, tmp_path):
-    BACKENDS["onnxruntime"].compile(digits_module, int8("onnxruntime", tmp_path, accuracy_min_cosine=-1.0))
+def test_dynamic_int8_leaves_convolutions_fp32(digits_module, tmp_path):
+    options = int8("onnxruntime", tmp_path, accuracy_min_cosine=-1.0, int8_methods=("dynamic",))
+    BACKENDS["onnxruntime"].compile(digits_module, options)
     (quantized,) = tmp_path.glob("digits-*.int8.onnx")
     ops = {node.op_type for node in onnx.load(str(quantized)).graph.node}
     assert "Conv" in ops
@@ -163,14 +176,24 @@ def test_int8_needs_a_named_onnx_backend():
 
 
 def test_gate_figures_per_item():
-    want = [[np.array([[1.0, 0.0], [0.0, 1.0]], np.float32), np.array([1, 2])]]
-    got = [[np.array([[1.0, 0.0], [1.0, 1.0]], np.float32), np.array([1, 3])]]
+    want = [[np.array([[2.0, 0.0], [0.0, 1.0]], np.float32), np.array([1, 2])]]  # not probabilities: row 0
+    got = [[np.array([[2.0, 0.0], [1.0, 1.0]], np.float32), np.array([1, 3])]]
     figures = measure(want, got, batched=True)
     assert figures.items == 2
     assert figures.min_cosine == pytest.approx(np.sqrt(0.5))
     assert figures.mean_cosine == pytest.approx((1 + np.sqrt(0.5)) / 2)
     assert figures.max_abs_diff == 1.0
     assert figures.agreement == 0.5
+    assert figures.max_prob_diff is None
+
+
+def test_probabilities_are_judged_by_top1_agreement_not_cosine():
+    want = [[np.array([[0.6, 0.4], [0.1, 0.9], [0.5, 0.5]], np.float32)]]
+    got = [[np.array([[0.4, 0.6], [0.12, 0.88], [0.5, 0.5]], np.float32)]]
+    figures = measure(want, got, batched=True)
+    assert figures.min_cosine is None
+    assert figures.agreement == pytest.approx(2 / 3)
+    assert figures.max_prob_diff == pytest.approx(0.2)
 
 
 def test_a_corrupt_cached_int8_file_is_quantized_again(good, tmp_path, caplog):
