@@ -16,7 +16,7 @@ from inferpool.service.codec import Disconnected
 from inferpool.service.errors import ErrorAnswer, answer_for, unexpected
 from inferpool.service.frontdoor import FrontDoor
 from inferpool.service.metrics import Inference
-from inferpool.service.middleware import STARTED
+from inferpool.service.middleware import STARTED, header_map
 from inferpool.service.observe import INFERENCE
 
 JSON = b"application/json"
@@ -24,14 +24,10 @@ BINARY = b"application/octet-stream"
 RawHeaders = list[tuple[bytes, bytes]]
 
 
-def request_headers(scope: Scope, wanted: frozenset[bytes]) -> dict[bytes, bytes]:
-    """The ``wanted`` headers (lower-case names, as ASGI gives them); the first of repeats, as
-    Starlette's ``Headers.get``."""
-    found: dict[bytes, bytes] = {}
-    for name, value in scope["headers"]:
-        if name in wanted and name not in found:
-            found[name] = value
-    return found
+def request_headers(scope: Scope) -> dict[bytes, bytes]:
+    """The request's headers by lower-case name (as ASGI gives them); the first of repeats, as
+    Starlette's ``Headers.get``: the map the request context built (service/middleware.py)."""
+    return header_map(scope)
 
 
 async def send_answer(send: Send, status: int, body: bytes, content_type: bytes, extra: RawHeaders) -> None:
