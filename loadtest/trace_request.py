@@ -56,19 +56,25 @@ def trace(client: TestClient, path: str) -> list[str]:
                     seen.append(frame)
                     calls.append(f"{module}:{frame.f_code.co_qualname}")
 
-    # The app runs on the test client's portal thread: the profile is set there (and for any
-    # worker thread started meanwhile), around one request.
+    answer_hooked(client, path, profile, trace=False)
+    return calls
+
+
+def answer_hooked(client: TestClient, path: str, hook: Any, *, trace: bool) -> None:
+    """One request with ``hook`` as the profile (or, ``trace``, the trace) function. The app
+    runs on the test client's portal thread: the hook is set there (and for any worker thread
+    started meanwhile), around the request."""
     portal = client.portal
     assert portal is not None, "enter the client (with TestClient(...)) first"
-    threading.setprofile(profile)
-    portal.call(sys.setprofile, profile)
+    on_threads, here = (threading.settrace, sys.settrace) if trace else (threading.setprofile, sys.setprofile)
+    on_threads(hook)
+    portal.call(here, hook)
     try:
         response = client.post(path, content=BODIES[path], headers={"content-type": "application/json"})
     finally:
-        portal.call(sys.setprofile, None)
-        threading.setprofile(None)  # type: ignore[arg-type]
+        portal.call(here, None)
+        on_threads(None)
     response.raise_for_status()
-    return calls
 
 
 def count_opcodes(client: TestClient, path: str) -> Counter[str]:
@@ -92,16 +98,7 @@ def count_opcodes(client: TestClient, path: str) -> Counter[str]:
 
         return local
 
-    portal = client.portal
-    assert portal is not None, "enter the client (with TestClient(...)) first"
-    threading.settrace(tracer)
-    portal.call(sys.settrace, tracer)
-    try:
-        response = client.post(path, content=BODIES[path], headers={"content-type": "application/json"})
-    finally:
-        portal.call(sys.settrace, None)
-        threading.settrace(None)  # type: ignore[arg-type]
-    response.raise_for_status()
+    answer_hooked(client, path, tracer, trace=True)
     return counts
 
 
