@@ -60,6 +60,9 @@ class FastPath:
             for at, (route, handler) in enumerate(self.routes)
             if not route.param_convertors and not any(r.path_regex.match(route.path) for r, _ in self.routes[:at])
         }
+        # A route without parameters matches its own path only, so the regex loop can leave out
+        # those the dict answers.
+        self.searched = [(route, handler) for route, handler in self.routes if route.path not in self.exact]
 
     def match(self, scope: Scope) -> ASGIApp | None:
         """The matched route's stack, with the scope filled as the router would fill it (route,
@@ -78,7 +81,7 @@ class FastPath:
         return self.stacks[handler]
 
     def _search(self, path: str) -> tuple[APIRoute, ASGIApp, dict[str, Any]] | None:
-        for route, handler in self.routes:
+        for route, handler in self.searched:
             found = route.path_regex.match(path)
             if found is not None:
                 convert = route.param_convertors

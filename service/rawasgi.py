@@ -24,10 +24,9 @@ BINARY = b"application/octet-stream"
 RawHeaders = list[tuple[bytes, bytes]]
 
 
-def request_headers(scope: Scope) -> dict[bytes, bytes]:
-    """The request's headers by lower-case name (as ASGI gives them); the first of repeats, as
-    Starlette's ``Headers.get``: the map the request context built (service/middleware.py)."""
-    return header_map(scope)
+request_headers = header_map
+"""The request's headers by lower-case name (as ASGI gives them); the first of repeats, as
+Starlette's ``Headers.get``: the map the request context built (service/middleware.py)."""
 
 
 async def send_answer(send: Send, status: int, body: bytes, content_type: bytes, extra: RawHeaders) -> None:
