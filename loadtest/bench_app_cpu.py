@@ -1,12 +1,14 @@
 """CPU per request through the whole ASGI app in-process: no sockets, no server loop.
 
-    python -m loadtest.bench_app_cpu [--path /predict|/v2/models/digits/infer] [--repeats 7]
+    python -m loadtest.bench_app_cpu [--path /predict|/v2/models/digits/infer] [--repeats 7] [--bare]
 
 Serves the default model (no flags, one process), warms it, then awaits the app with a
 prebuilt ``POST`` scope ``--requests`` times per repeat and reports the process CPU per request
 (``time.process_time``: what the app's own Python costs, less disturbed by other load on the
 machine than throughput). Run it for two checkouts alternately (``PYTHONPATH=CHECKOUT``) to
-compare a change to the hot path against the revision before it.
+compare a change to the hot path against the revision before it. ``--bare``: the same loop
+around the limit of issue 32 (``loadtest.peers.bare_handler``: an ASGI function, orjson, the same
+ONNX export through onnxruntime inline), what InferPool's in-process figure is held against.
 """
 
 from __future__ import annotations
@@ -69,7 +71,18 @@ def main() -> None:
     parser.add_argument("--path", default="/predict", choices=sorted(BODIES))
     parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument(
+        "--bare", action="store_true",
+        help="drive the limit instead (loadtest/peers/bare_handler.py's ASGI function, /predict only)",
+    )  # fmt: skip
     args = parser.parse_args()
+    if args.bare:
+        from loadtest.peers import bare_handler
+
+        bare = bare_handler.make_app(bare_handler.export())
+        found = asyncio.run(measure(bare, "/predict", args.requests, args.repeats))
+        print(f"bare handler /predict: CPU per request min {found[0]:.1f} µs, median {found[len(found) // 2]:.1f} µs")
+        return
     app = create_app(load_settings(None, ["--workers", "1"]))
     host = app.state.host
     host.start()  # the lifespan's work, without a server to run it

@@ -17,7 +17,10 @@ closed-loop sweep (one JSON digit per ``POST /predict`` unless the variant says 
 ``loadtest.openloop`` or, with ``--generator wrk``, from Debian's wrk (``loadtest.wrk``: a
 fraction of the client CPU per request): InferPool eager, eager + dynamic batching (8),
 onnxruntime, onnxruntime with v2 binary tensors, onnxruntime with inline dispatch, ``--workers 2``
-(eager and onnxruntime), one variant for each further backend in ``engine.BACKENDS``; the FastAPI
+(eager and onnxruntime), one variant for each further backend in ``engine.BACKENDS``; the limit
+(``loadtest.peers.bare_handler``: a bare ASGI function, orjson, the same ONNX export through
+onnxruntime inline, 2 processes; when it ran, a second table gives every variant as a multiple of
+it: ``--only "InferPool defaults,limit" --generator wrk`` is issue 32's ratio); the FastAPI
 baseline (``loadtest.peers.fastapi_baseline``); LitServe 1 and 2 workers, batching off and 8
 (``loadtest.peers.litserve_digits``) when ``--litserve-python`` points at a venv that has
 ``litserve`` and torch (create it as that file's docstring says). Variants start one at a time
@@ -51,6 +54,7 @@ from inferpool.harness.server import REPO_ROOT, Command, inferpool_serve, launch
 from loadtest import openloop, wrk
 from loadtest.workloads import WORKLOADS, Variant, limits, variants_for
 
+LIMIT = "bare handler limit, 2 processes"
 SEEN = ("eager", "onnxruntime")  # backends with their own variants above; newer ones get one each
 
 
@@ -87,6 +91,9 @@ def variants(litserve_python: str | None) -> list[Variant]:
                 "1",
             ],
         ),
+        # The limit (issue 32): one ASGI function, orjson, InferPool's own ONNX export called inline
+        # through onnxruntime on one thread, 2 processes; ``--only "defaults,limit"`` is the ratio.
+        Variant(LIMIT, lambda port: [sys.executable, "-m", "loadtest.peers.bare_handler", "--port", str(port)]),
         Variant("FastAPI baseline", baseline(1)),
         Variant("FastAPI baseline workers2", baseline(2)),
     ]
@@ -208,6 +215,38 @@ def ratios(runs: list[dict[str, Any]], limit: dict[str, float]) -> str:
     return "\n".join(lines)
 
 
+def against_limit(runs: list[dict[str, Any]], concurrency: list[int]) -> str:
+    """Each variant's req/s, p99 and server CPU per request as a multiple of the limit row's (empty
+    without that row): issue 32's goals are >= 0.8x its req/s, <= 1.5x its p99 at 64 connections
+    and <= 1.4x its CPU per request."""
+    by_name: dict[str, dict[int, dict[str, Any]]] = {}
+    for run in runs:
+        by_name.setdefault(run["label"], {})[run["concurrency"]] = run
+    limit = by_name.get(LIMIT)
+    if not limit:
+        return ""
+
+    def cpu(run: dict[str, Any]) -> float:
+        return float(run["server_cpu_cores"]) / max(float(run["achieved_rps"]), 1e-9)
+
+    head = "| server (x the limit) | " + " | ".join(f"c={c} req/s | c={c} p99 | c={c} CPU/req" for c in concurrency)
+    rows = [head + " |", "|" + "---|" * (1 + 3 * len(concurrency))]
+    for name, group in by_name.items():
+        cells = [name]
+        for c in concurrency:
+            one, base = group.get(c), limit.get(c)
+            if one is None or base is None:
+                cells += ["-", "-", "-"]
+                continue
+            cells += [
+                f"{one['achieved_rps'] / max(base['achieved_rps'], 1e-9):.2f}",
+                f"{one['latency_ms']['p99'] / max(base['latency_ms']['p99'], 1e-9):.2f}",
+                f"{cpu(one) / max(cpu(base), 1e-12):.2f}",
+            ]
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
 def main() -> None:
     # SIGTERM (e.g. from `timeout`) unwinds like Ctrl-C, so the running server is stopped too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -263,6 +302,9 @@ def main() -> None:
     text = f"{args.workload}: {limit_line(limit)}\n\n" + table(picked, concurrency) + "\n\n" + ratios(picked, limit)
     suffix = " pinned" if args.pin else ""
     openloop.write_results(picked, out, f"{args.workload}, closed loop{suffix}")
+    against = against_limit(picked, concurrency)
+    if against:
+        text += "\n\n" + against
     (out / "table.md").write_text(text + "\n")
     print(text)
     print(json.dumps({"results": str(out)}))

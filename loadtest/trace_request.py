@@ -1,12 +1,13 @@
 """The route one request takes through InferPool's own code, as it runs (not as it reads).
 
-    python -m loadtest.trace_request [--path /predict] [--repeat 3]
+    python -m loadtest.trace_request [--path /predict] [--calls] [--opcodes]
 
 Serves the default model in-process (no flags), sends a few warm-up requests, then records
 one ``POST`` with ``sys.setprofile`` on every thread: each call into a function of the
 ``inferpool`` package is a hop. Prints the hops, the modules entered, and the revisits (a module
 entered again after the request left it for another module), with the module sequence, so that
-a change to the hot path can be held against the one before it.
+a change to the hot path can be held against the one before it. ``--opcodes``: the bytecodes
+the request executed in each module too (``sys.settrace`` per opcode, a second request).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 import threading
+from collections import Counter
 from types import FrameType
 from typing import Any
 
@@ -54,19 +56,50 @@ def trace(client: TestClient, path: str) -> list[str]:
                     seen.append(frame)
                     calls.append(f"{module}:{frame.f_code.co_qualname}")
 
-    # The app runs on the test client's portal thread: the profile is set there (and for any
-    # worker thread started meanwhile), around one request.
+    answer_hooked(client, path, profile, trace=False)
+    return calls
+
+
+def answer_hooked(client: TestClient, path: str, hook: Any, *, trace: bool) -> None:
+    """One request with ``hook`` as the profile (or, ``trace``, the trace) function. The app
+    runs on the test client's portal thread: the hook is set there (and for any worker thread
+    started meanwhile), around the request."""
     portal = client.portal
     assert portal is not None, "enter the client (with TestClient(...)) first"
-    threading.setprofile(profile)
-    portal.call(sys.setprofile, profile)
+    on_threads, here = (threading.settrace, sys.settrace) if trace else (threading.setprofile, sys.setprofile)
+    on_threads(hook)
+    portal.call(here, hook)
     try:
         response = client.post(path, content=BODIES[path], headers={"content-type": "application/json"})
     finally:
-        portal.call(sys.setprofile, None)
-        threading.setprofile(None)  # type: ignore[arg-type]
+        portal.call(here, None)
+        on_threads(None)
     response.raise_for_status()
-    return calls
+
+
+def count_opcodes(client: TestClient, path: str) -> Counter[str]:
+    """Bytecodes executed in each inferpool function while answering one request: a count that,
+    unlike CPU time, does not move with the machine's load (C code, numpy's and the model's,
+    is one opcode a call)."""
+    counts: Counter[str] = Counter()
+
+    def tracer(frame: FrameType, event: str, _: Any) -> Any:
+        module = _module(frame)
+        if module is None or module == __name__:
+            return None
+        frame.f_trace_opcodes = True
+        frame.f_trace_lines = False
+        where = f"{module}:{frame.f_code.co_qualname}"
+
+        def local(frame: FrameType, event: str, _: Any) -> Any:
+            if event == "opcode":
+                counts[where] += 1
+            return local
+
+        return local
+
+    answer_hooked(client, path, tracer, trace=True)
+    return counts
 
 
 def summary(calls: list[str]) -> dict[str, Any]:
@@ -83,6 +116,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--path", default="/predict", choices=sorted(BODIES))
     parser.add_argument("--calls", action="store_true", help="print every call, not only the module route")
+    parser.add_argument("--opcodes", action="store_true", help="also the bytecodes executed, per module")
     args = parser.parse_args()
     app = create_app(load_settings(None, []))
     with TestClient(app) as client:
@@ -90,11 +124,18 @@ def main() -> None:
         for _ in range(20):
             client.post(args.path, content=BODIES[args.path]).raise_for_status()
         calls = trace(client, args.path)
+        opcodes = count_opcodes(client, args.path) if args.opcodes else None
     found = summary(calls)
     print(f"{args.path}: {found['hops']} calls, {found['modules']} modules, {found['revisits']} revisits")
     print(" -> ".join(m.removeprefix("inferpool.") for m in found["route"]))
     if args.calls:
         print("\n".join(calls))
+    if opcodes is not None:
+        areas: Counter[str] = Counter()
+        for where, count in opcodes.items():
+            areas[where.split(".")[1]] += count
+        print("opcodes: " + ", ".join(f"{area} {count}" for area, count in sorted(areas.items())))
+        print("\n".join(f"{count:6d} {where.removeprefix('inferpool.')}" for where, count in opcodes.most_common()))
 
 
 if __name__ == "__main__":

@@ -180,10 +180,15 @@ def client_request_id(pairs: Pairs) -> str | None:
     sent none or one unfit to echo (see MAX_REQUEST_ID)."""
     for name, value in pairs:
         if name in REQUEST_ID:
-            text = value if isinstance(value, str) else value.decode("latin-1")
-            # Echoed into logs and headers: keep it short and printable.
-            return text if 0 < len(text) <= MAX_REQUEST_ID and text.isprintable() else None
+            return echoable_request_id(value)
     return None
+
+
+def echoable_request_id(value: str | bytes) -> str | None:
+    """A caller's request id as it is echoed, None when unfit (see MAX_REQUEST_ID)."""
+    text = value if isinstance(value, str) else value.decode("latin-1")
+    # Echoed into logs and headers: keep it short and printable.
+    return text if 0 < len(text) <= MAX_REQUEST_ID and text.isprintable() else None
 
 
 def request_ids(serial: Iterator[int], tag: str = "") -> Iterator[str]:

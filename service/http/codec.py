@@ -53,8 +53,11 @@ async def read_body(receive: Receive, declared: bytes | None, limit: int, encodi
         size += len(chunk)
         if size > limit:
             raise ApiError(413, f"request body exceeds the limit of {limit} bytes", _LARGE)
+        last = not message.get("more_body", False)
+        if last and inflater is None and not chunks:  # a small body comes whole, in one message
+            return bytearray(chunk)
         chunks.append(chunk if inflater is None else inflater.feed(chunk))
-        if not message.get("more_body", False):
+        if last:
             if inflater is not None:
                 inflater.finish()
             return bytearray().join(chunks)
@@ -122,7 +125,9 @@ def decode_inputs(body: bytes | bytearray) -> object:
     if not isinstance(payload, dict) or "inputs" not in payload:
         raise ApiError(400, 'request body must be a JSON object with an "inputs" field', "invalid_json")
     inputs = payload["inputs"]
-    if may_hold_boolean(body):  # service/http/json_booleans.py says why, and why only then
+    # service/http/json_booleans.py says why, and why only then; its first test inline, as most
+    # bodies (numbers only) end there, without a call.
+    if (b"r" in body or b"l" in body) and may_hold_boolean(body):
         _refuse_mixed_booleans(inputs)
     return inputs
 
@@ -148,6 +153,8 @@ def json_response(content: Any, status: int = 200, headers: dict[str, str] | Non
 
 
 def _fallback(value: object) -> object:
-    if isinstance(value, np.ndarray | np.generic):  # non-contiguous views, unusual dtypes
+    # Non-contiguous views, unusual dtypes; and onnxruntime's int64 scalars, numpy.longlong, which
+    # orjson does not take for numpy.int64 (the digits label, a call a request).
+    if isinstance(value, (np.generic, np.ndarray)):
         return value.tolist()
     raise TypeError(f"cannot encode {type(value).__name__} as JSON")

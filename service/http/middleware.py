@@ -22,11 +22,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from inferpool.engine.client import request_id
 from inferpool.service.apierror import error_body_for
-from inferpool.service.frontdoor import Activity, client_request_id, request_ids, shed_message
+from inferpool.service.frontdoor import Activity, echoable_request_id, request_ids, shed_message
 from inferpool.service.telemetry.metrics import Metrics
 from inferpool.service.telemetry.observe import INFERENCE, Observer
 
 STARTED = "inferpool.started"  # scope keys the /predict route reads and writes (and INFERENCE)
+HEADER_MAP = "inferpool.headers"  # scope key: header_map's, with the header list it was built from
 CLIENT_CLOSED = 499  # as nginx logs a request whose client left before it was answered
 NEVER_SHED = ("/health", "/v2/health", "/metrics")  # probes and scrapes must answer under overload
 # One counter per process: the hot routes run their own instance of this middleware
@@ -37,6 +38,20 @@ SHED_RESPONSE_HEADERS = [
     (b"retry-after", b"1"),
 ]
 CLOSE = (b"connection", b"close")
+
+
+def header_map(scope: Scope) -> dict[bytes, bytes]:
+    """The request's headers by (lower-case) name, the first of repeats as Starlette's
+    ``Headers.get`` gives it. Built once per request and in C (the door's request id and the hot
+    routes' own headers all read it), not a Python loop over the headers for each reader; built
+    again if a layer replaced the scope's header list since."""
+    headers = scope["headers"]
+    cached = scope.get(HEADER_MAP)
+    if cached is not None and cached[0] is headers:
+        return cached[1]  # type: ignore[no-any-return]
+    found = dict(reversed(headers if type(headers) is list else list(headers)))
+    scope[HEADER_MAP] = (headers, found)
+    return found
 
 
 class RequestContext:
@@ -53,7 +68,8 @@ class RequestContext:
             await self.app(scope, receive, send)
             return
         started = scope[STARTED] = time.perf_counter()
-        rid = client_request_id(scope["headers"]) or next(self._ids)
+        given = header_map(scope).get(b"x-request-id")
+        rid = (None if given is None else echoable_request_id(given)) or next(self._ids)
         limit = self.activity.full()
         path = scope["path"]
         if limit is not None and not _never_shed(path):

@@ -37,7 +37,12 @@ def guarded_protocol(read_timeout: float, max_connections: int) -> type[asyncio.
     )
 
     class GuardedHttpTools(HttpToolsProtocol):
+        # One timer per connection, not one per request: ``_due`` is when the request being read
+        # must be in (None: none is), and a timer that fires early sets itself again for the rest.
+        # Keep-alive requests, each well within the timeout, then reuse the one timer instead of
+        # making and cancelling one a request (two per request were on every request's path).
         _deadline: asyncio.TimerHandle | None = None
+        _due: float | None = None
         _headers_in = False
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -53,7 +58,7 @@ def guarded_protocol(read_timeout: float, max_connections: int) -> type[asyncio.
             super().connection_lost(exc)
 
         def data_received(self, data: bytes) -> None:
-            if self._headers_in and self._deadline is not None:
+            if self._headers_in and self._due is not None:
                 self._arm()  # a body is arriving: the gap starts again
             super().data_received(data)
 
@@ -67,7 +72,7 @@ def guarded_protocol(read_timeout: float, max_connections: int) -> type[asyncio.
             super().on_headers_complete()
 
         def on_message_complete(self) -> None:
-            self._disarm()  # the request is in; uvicorn's keep-alive timer takes over after it
+            self._due = None  # the request is in; uvicorn's keep-alive timer takes over after it
             super().on_message_complete()
 
         def send_400_response(self, msg: str) -> None:
@@ -77,16 +82,27 @@ def guarded_protocol(read_timeout: float, max_connections: int) -> type[asyncio.
             self.transport.close()
 
         def _arm(self) -> None:
-            self._disarm()
-            self._deadline = self.loop.call_later(read_timeout, self._stalled)
+            self._due = self.loop.time() + read_timeout
+            if self._deadline is None:
+                self._deadline = self.loop.call_at(self._due, self._fired)
 
         def _disarm(self) -> None:
+            self._due = None
             if self._deadline is not None:
                 self._deadline.cancel()
                 self._deadline = None
 
-        def _stalled(self) -> None:
+        def _fired(self) -> None:
+            due = self._due
+            if due is not None and self.loop.time() < due:  # re-armed since: wait for the rest
+                self._deadline = self.loop.call_at(due, self._fired)
+                return
             self._deadline = None
+            if due is not None:
+                self._stalled()
+
+        def _stalled(self) -> None:
+            self._due = None
             if self.transport.is_closing():
                 return
             if not self._headers_in:  # no route has this request yet: it can still be answered

@@ -15,7 +15,7 @@ from starlette.types import Receive, Scope, Send
 from inferpool.service.errors import ErrorAnswer, answer_for, unexpected
 from inferpool.service.frontdoor import FrontDoor
 from inferpool.service.http.codec import Disconnected
-from inferpool.service.http.middleware import STARTED
+from inferpool.service.http.middleware import STARTED, header_map
 from inferpool.service.telemetry.metrics import Inference
 from inferpool.service.telemetry.observe import INFERENCE
 
@@ -24,14 +24,9 @@ BINARY = b"application/octet-stream"
 RawHeaders = list[tuple[bytes, bytes]]
 
 
-def request_headers(scope: Scope, wanted: frozenset[bytes]) -> dict[bytes, bytes]:
-    """The ``wanted`` headers (lower-case names, as ASGI gives them); the first of repeats, as
-    Starlette's ``Headers.get``."""
-    found: dict[bytes, bytes] = {}
-    for name, value in scope["headers"]:
-        if name in wanted and name not in found:
-            found[name] = value
-    return found
+request_headers = header_map
+"""The request's headers by lower-case name (as ASGI gives them); the first of repeats, as
+Starlette's ``Headers.get``: the map the request context built (service/http/middleware.py)."""
 
 
 async def send_answer(send: Send, status: int, body: bytes, content_type: bytes, extra: RawHeaders) -> None:

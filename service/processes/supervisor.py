@@ -50,6 +50,8 @@ from inferpool.service.processes.spread import ConnectionCounts
 from inferpool.service.readiness import Readiness
 
 log = logging.getLogger(__name__)
+STOPS = (signal.SIGTERM, signal.SIGINT)
+"""The signals that drain the tree (SIGNALS' others only wake the watch)."""
 BACKLOG = 2048
 EXIT_GRACE_SECONDS = 5.0  # beyond drain_seconds, before a process that will not exit is killed
 BACKLOG_SECONDS = 2.0  # answering what is queued when every process has stopped
@@ -174,7 +176,9 @@ class Supervisor:
             if self.reap(listener, host) == "give up":
                 self._stop(listener)
                 return 1
-            if received is not None and received.si_signo != signal.SIGCHLD:
+            # Only the stop signals: a tracer attached to this process (py-spy) has made
+            # sigtimedwait return a siginfo whose number is garbage, which must not stop the tree.
+            if received is not None and received.si_signo in STOPS:
                 log.info("%s received: draining every serving process", signal.Signals(received.si_signo).name)
                 return self._stop(listener)
             if self.swap is None:
@@ -208,7 +212,7 @@ class Supervisor:
         codes: list[int] = []
         while self.children and (left := deadline - time.monotonic()) > 0:
             received = signal.sigtimedwait(SIGNALS, min(left, 0.5))
-            if received is not None and received.si_signo != signal.SIGCHLD:
+            if received is not None and received.si_signo in STOPS:
                 log.warning("second %s: stopping without waiting", signal.Signals(received.si_signo).name)
                 for pid in self.children:
                     _signal(pid, signal.SIGTERM)  # a second signal skips the drain

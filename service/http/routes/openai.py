@@ -42,7 +42,6 @@ if TYPE_CHECKING:  # the host loads models (torch); a front end only asks it for
     from inferpool.service.models.host import ModelHost
 
 router = APIRouter(prefix="/v1", tags=["OpenAI embeddings"])
-HEADERS = frozenset({b"content-length", b"content-encoding", TIMEOUT_HEADER})
 CREATED = int(time.time())
 """The models' ``created``: when the server started (in the supervisor, before it forks, so
 every serving process says the same)."""
@@ -105,7 +104,7 @@ class Embeddings(RawRoute):
 
     async def answer(self, scope: Scope, receive: Receive) -> Answer:
         door = self.door
-        headers = request_headers(scope, HEADERS)
+        headers = request_headers(scope)
         received = time.perf_counter()
         body = await read_body(
             receive, headers.get(b"content-length"), self.max_body_bytes, headers.get(b"content-encoding")

@@ -22,7 +22,6 @@ from inferpool.service.http.rawasgi import JSON, Answer, RawRoute, request_heade
 from inferpool.service.timing import TIMEOUT_HEADER
 
 router = APIRouter()
-HEADERS = frozenset({b"content-length", b"content-encoding", TIMEOUT_HEADER})
 
 
 @router.post(
@@ -57,7 +56,7 @@ class Predict(RawRoute):
     async def answer(self, scope: Scope, receive: Receive) -> Answer:
         door = self.door
         served = door.resolve(scope["path_params"].get("name"))
-        headers = request_headers(scope, HEADERS)
+        headers = request_headers(scope)
         received = time.perf_counter()
         request_body = await read_body(
             receive, headers.get(b"content-length"), self.max_body_bytes, headers.get(b"content-encoding")

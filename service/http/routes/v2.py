@@ -28,7 +28,6 @@ if TYPE_CHECKING:  # the host loads models (torch); a front end only asks it for
 
 router = APIRouter(prefix="/v2", tags=["Open Inference Protocol v2"], responses=ERROR_RESPONSES)
 HEADER_LENGTH_RAW = HEADER_LENGTH.encode()
-HEADERS = frozenset({b"content-length", b"content-encoding", TIMEOUT_HEADER, HEADER_LENGTH_RAW})
 
 
 def find_model(host: ModelHost, name: str, version: str | None) -> EngineClient:
@@ -114,7 +113,7 @@ class Infer(RawRoute):
         door = self.door
         params = scope["path_params"]
         served = door.resolve(params["name"], params.get("version"))
-        headers = request_headers(scope, HEADERS)
+        headers = request_headers(scope)
         received = time.perf_counter()
         body = await read_body(
             receive, headers.get(b"content-length"), self.max_body_bytes, headers.get(b"content-encoding")

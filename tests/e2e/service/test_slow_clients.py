@@ -76,6 +76,37 @@ def test_slowloris_headers_are_cut_off(server):
     still_serves(server)
 
 
+def read_answer(sock: socket.socket) -> bytes:
+    """One whole answer on a kept-alive connection (its head, then Content-Length bytes)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(65536)
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":")[1]) for line in head.lower().split(b"\r\n") if line.startswith(b"content-length")
+    )
+    while len(body) < length:
+        body += sock.recv(65536)
+    return head
+
+
+def test_a_later_request_on_a_kept_alive_connection_gets_its_own_full_deadline(server):
+    # The connection's one timer was set for the first request and fires during the second one:
+    # the second must still get the whole timeout from its own first byte, then its 408.
+    body = json.dumps(SAMPLE).encode()
+    with connect(server) as sock:
+        sock.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n%s" % (len(body), body))  # fmt: skip
+        assert read_answer(sock).startswith(b"HTTP/1.1 200 ")
+        time.sleep(READ_TIMEOUT * 0.6)
+        started = time.monotonic()
+        sock.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\n")  # and no more
+        answer, closed_at = read_all(sock)
+    assert_408(answer)
+    assert READ_TIMEOUT * 0.8 < closed_at - started < READ_TIMEOUT + 3
+    still_serves(server)
+
+
 def test_a_body_that_stops_arriving_closes_the_connection(server):
     with connect(server) as sock:
         sock.sendall(

@@ -180,7 +180,7 @@ def test_fast_path_matches_only_the_hot_routes(client):
     assert all(isinstance(route, APIRoute) for route, _ in fast.routes)
 
     def matches(method: str, path: str) -> bool:
-        return fast.match({"type": "http", "method": method, "path": path, "headers": []})
+        return fast.match({"type": "http", "method": method, "path": path, "headers": []}) is not None
 
     assert matches("POST", "/predict")
     assert matches("POST", "/v1/embeddings")
