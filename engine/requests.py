@@ -1,8 +1,8 @@
 """A request's context as it travels through the engine, and its answer.
 
-The same ``Work`` object carries a request on every path (inline, worker threads, batcher):
-its payload until validated, then its arrays; its id (for logs), deadline and timings; and,
-off the event loop, the future its caller awaits.
+The same ``Work`` object carries a request on every queued path (worker threads, batcher):
+its payload until validated, then its arrays; its id (for logs), deadline and timings; and the
+future its caller awaits. The inline path needs none (``Pipeline.inline``).
 """
 
 from __future__ import annotations

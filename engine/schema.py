@@ -115,7 +115,7 @@ class TensorSpec:
             )
 
     def _reshape_by_numel(self, array: Array) -> Array:
-        batch = array.shape[0] if self.batched else 1
+        batch = array.shape[0] if self.batched and array.ndim else 1  # a bare number is one sample's worth
         if array.size != batch * self.sample_numel or any(d is None for d in self.sample_shape):
             raise InvalidInput(
                 f"input '{self.name}' has {array.size} elements; expected {self.sample_numel} per sample",
@@ -237,7 +237,8 @@ class QuickInputs:
             return None
         if kind == "f":
             flat = array.reshape(-1)
-            if not flat.dot(flat) <= self._bound:  # NaN compares False too
+            # A Python float: compared with a float32 scalar, the bound would be cast to float32.
+            if not float(flat.dot(flat)) <= self._bound:  # NaN compares False too
                 return None
         shape = array.shape
         if shape == self._sample:

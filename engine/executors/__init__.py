@@ -8,8 +8,9 @@
 - ``batch``: the batcher (inferpool.engine.executors.batching): worker threads that concatenate concurrent
   requests into one model call.
 
-Every executor runs the same ``Pipeline`` on a ``Work`` and answers with its ``Prediction``
-(the protocol: inferpool.engine.executors.base; worker threads: .threads).
+Every executor runs the same ``Pipeline`` and answers with its ``Prediction``: the queued ones
+on a ``Work`` each, inline in one go without one (the protocol: inferpool.engine.executors.base;
+worker threads: .threads).
 """
 
 from __future__ import annotations
