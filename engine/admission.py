@@ -34,8 +34,12 @@ class ServiceTimes:
         # The weight of each new call: ~10 calls of memory, so a slowdown (noisy neighbour,
         # bigger inputs) shows within a few ms of traffic, and one outlier moves it by 10 %.
         self.alpha = alpha
-        self._lock = threading.Lock()  # workers observe while the event loop predicts
+        self._lock = threading.Lock()  # workers observing at once
         self._points: dict[int, tuple[float, float]] = {}  # bucket -> (mean batch size, mean seconds)
+        self._curve: tuple[tuple[float, float], ...] = ()
+        """The points in order, rebuilt once per call observed rather than sorted on every
+        prediction (up to two per request admitted while others are queued); replaced whole,
+        so the event loop reads it without the lock."""
 
     def observe(self, batch_size: int, seconds: float) -> None:
         bucket = batch_size.bit_length()
@@ -46,11 +50,11 @@ class ServiceTimes:
             else:
                 a = self.alpha
                 self._points[bucket] = (old[0] + a * (batch_size - old[0]), old[1] + a * (seconds - old[1]))
+            self._curve = tuple(sorted(self._points.values()))
 
     def predict(self, batch_size: int) -> float:
         """Predicted seconds of one call on ``batch_size`` samples (0 before any call)."""
-        with self._lock:
-            points = sorted(self._points.values())
+        points = self._curve
         if not points:
             return 0.0
         below = points[0]

@@ -67,7 +67,7 @@ class Pipeline:
         self.check_outputs = options.check_outputs
         self.max_samples = options.max_request_samples
         self._count = handler.samples if handler is not None else SampleCount(schema)
-        self._quick = None if handler is not None else QuickInputs.of(schema)
+        self._quick = QuickInputs.of(schema)
         self._outputs_as_run = not self.check_outputs and handler is None
 
     def admit(self, inputs: object, deadline: float | None) -> int:
@@ -90,13 +90,9 @@ class Pipeline:
         token = request_id.set(rid) if rid is not None and request_id.get() != rid else None
         try:
             context: object = None
-            quick = self._quick
-            checked = None if quick is None else quick(inputs)
-            if checked is None:
-                if self.handler is not None:
-                    inputs, context = self.handler.preprocess(inputs)
-                checked = self.coerce(inputs)
-            arrays, single = checked
+            if self.handler is not None:
+                inputs, context = self.handler.preprocess(inputs)
+            arrays, single = self.coerce(inputs)
             dispatched = time.monotonic()
             outputs = self.run(arrays)
             finished = time.monotonic()
@@ -129,7 +125,13 @@ class Pipeline:
         return samples
 
     def coerce(self, inputs: object) -> tuple[dict[str, Array], bool]:
-        """Model inputs (after any preprocess) -> (arrays with a batch dimension, one sample without one?)."""
+        """Model inputs (after any preprocess) -> (arrays with a batch dimension, one sample without one?):
+        the quick check where the schema allows it, the general one whenever it is not sure."""
+        quick = self._quick
+        if quick is not None:
+            checked = quick(inputs)
+            if checked is not None:
+                return checked
         return self.schema.coerce_inputs(positional(self.schema, inputs), strict=self.strict)
 
     def call(self, arrays: Mapping[str, Array]) -> dict[str, Array]:

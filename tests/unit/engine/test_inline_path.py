@@ -1,6 +1,7 @@
-"""The inline executor's one-go path (Pipeline.inline) answers exactly as the general path
-(the worker threads' prepare -> execute -> finish) does: the same outputs, matching eager
-PyTorch, and the same errors, word for word, for every kind of bad request."""
+"""The inline executor's one-go path (Pipeline.inline) answers exactly as the queued path
+(the worker threads' admit -> prepare -> execute -> finish) does: the same outputs, matching
+eager PyTorch, and the same errors, word for word, for every kind of bad request (both take
+QuickInputs first; tests/unit/engine/test_quick_inputs.py holds it to the general check)."""
 
 from __future__ import annotations
 
