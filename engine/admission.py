@@ -9,11 +9,12 @@ on an answer nobody will read.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Mapping
 
 import numpy as np
 
-from inferpool.engine.errors import PredictedWaitExceeded
+from inferpool.engine.errors import DeadlineExceeded, Overloaded, PredictedWaitExceeded
 from inferpool.engine.schema import Schema
 
 
@@ -33,8 +34,12 @@ class ServiceTimes:
         # The weight of each new call: ~10 calls of memory, so a slowdown (noisy neighbour,
         # bigger inputs) shows within a few ms of traffic, and one outlier moves it by 10 %.
         self.alpha = alpha
-        self._lock = threading.Lock()  # workers observe while the event loop predicts
+        self._lock = threading.Lock()  # workers observing at once
         self._points: dict[int, tuple[float, float]] = {}  # bucket -> (mean batch size, mean seconds)
+        self._curve: tuple[tuple[float, float], ...] = ()
+        """The points in order, rebuilt once per call observed rather than sorted on every
+        prediction (up to two per request admitted while others are queued); replaced whole,
+        so the event loop reads it without the lock."""
 
     def observe(self, batch_size: int, seconds: float) -> None:
         bucket = batch_size.bit_length()
@@ -45,11 +50,11 @@ class ServiceTimes:
             else:
                 a = self.alpha
                 self._points[bucket] = (old[0] + a * (batch_size - old[0]), old[1] + a * (seconds - old[1]))
+            self._curve = tuple(sorted(self._points.values()))
 
     def predict(self, batch_size: int) -> float:
         """Predicted seconds of one call on ``batch_size`` samples (0 before any call)."""
-        with self._lock:
-            points = sorted(self._points.values())
+        points = self._curve
         if not points:
             return 0.0
         below = points[0]
@@ -72,13 +77,30 @@ class Admission:
     timed out leaves work behind.
     """
 
-    def __init__(self, times: ServiceTimes, runtimes: int, max_batch_size: int) -> None:
+    def __init__(self, times: ServiceTimes, runtimes: int, max_batch_size: int, capacity: int = 0) -> None:
         self.times = times
         self.runtimes = runtimes
         self.max_batch_size = max_batch_size
+        self.capacity = capacity or runtimes
+        """Requests admitted at once (running + queued); more are refused with Overloaded."""
         self.requests = 0
         self.samples = 0
         self._lock = threading.Lock()
+
+    def admit(self, samples: int, deadline: float | None, model: str) -> None:
+        """Count a request of ``samples`` in, or refuse it: Overloaded (capacity reached),
+        DeadlineExceeded (its deadline, an absolute ``time.monotonic()``, passed already),
+        PredictedWaitExceeded (the work ahead would make it late)."""
+        # Counted until the pipeline is done with a request, not until its caller stops
+        # waiting, so that requests whose callers timed out cannot pile up beyond the bound.
+        if self.requests >= self.capacity:
+            raise Overloaded(f"{self.requests} requests are already in flight for model {model!r}")
+        if deadline is not None:
+            budget = deadline - time.monotonic()
+            if budget <= 0:
+                raise DeadlineExceeded(f"the request's deadline passed before model {model!r} got it")
+            self.check(samples, budget)
+        self.enter(samples)
 
     def enter(self, samples: int) -> None:
         with self._lock:
@@ -124,17 +146,30 @@ class Admission:
 
 
 def count_samples(schema: Schema, inputs: object) -> int:
+    """Samples in a request (see SampleCount)."""
+    return SampleCount(schema)(inputs)
+
+
+class SampleCount:
     """Samples in a request, read before validation for admission only: the leading size of
     the first batched input if its nesting is one deeper than a sample, without converting
-    anything (about a µs: docs/BENCHMARKS.md); anything odd
-    counts as 1 (validation on the worker rejects invalid requests anyway)."""
-    spec = next((s for s in schema.inputs if s.batched), None)
-    if spec is None:
-        return 1
-    value = inputs.get(spec.name) if isinstance(inputs, Mapping) else inputs
-    if isinstance(value, np.ndarray):
-        return int(value.shape[0]) if value.ndim == len(spec.shape) else 1
-    depth, inner = 0, value
-    while isinstance(inner, list | tuple) and inner:
-        depth, inner = depth + 1, inner[0]
-    return len(value) if depth == len(spec.shape) and isinstance(value, list | tuple) else 1
+    anything (about a µs: docs/BENCHMARKS.md); anything odd counts as 1 (validation rejects
+    invalid requests anyway). Built once per model: the input to read is found at load."""
+
+    __slots__ = ("depth", "name")
+
+    def __init__(self, schema: Schema) -> None:
+        spec = next((s for s in schema.inputs if s.batched), None)
+        self.name = None if spec is None else spec.name
+        self.depth = 0 if spec is None else len(spec.shape)
+
+    def __call__(self, inputs: object) -> int:
+        if self.name is None:
+            return 1
+        value = inputs.get(self.name) if isinstance(inputs, Mapping) else inputs
+        if isinstance(value, np.ndarray):
+            return int(value.shape[0]) if value.ndim == self.depth else 1
+        depth, inner = 0, value
+        while isinstance(inner, list | tuple) and inner:
+            depth, inner = depth + 1, inner[0]
+        return len(value) if depth == self.depth and isinstance(value, list | tuple) else 1

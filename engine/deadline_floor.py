@@ -18,9 +18,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from inferpool.engine.client import MIN_FLOOR_MS
-from inferpool.engine.wide import WideChoice
+
+if TYPE_CHECKING:  # the lane's module imports the backends, which import the options, which import the pipeline
+    from inferpool.engine.wide import WideChoice
 
 __all__ = ["MIN_FLOOR_MS", "PATH_SECONDS", "DeadlineFloor", "floor_ms"]
 

@@ -1,13 +1,21 @@
-"""One request path for every executor: prepare -> execute -> finish.
+"""One request path for every executor: admit -> prepare -> execute -> finish -> release.
 
-An unbatched request is a batch of one, so the inline executor, the worker threads and the
-batcher all run the same three stages and answer with the same ``Prediction``:
+The pipeline holds what a request needs: the model's name and schema, its runtimes, admission
+control (and through it the live call timings), the checks the options ask for and the model's
+handler. An unbatched request is a batch of one, so the worker threads and the batcher run the
+same stages and answer with the same ``Prediction``:
 
+- ``admit`` (on the event loop): count the request's samples and let admission control take it
+  or refuse it (inferpool.engine.admission).
 - ``prepare`` (per request, on the thread that will run it): refuse it if its caller left or
   its deadline passed, run the handler's preprocess, check the inputs against the schema.
 - ``execute`` (per batch): concatenate, one model call, then ``finish`` each request's rows:
   NaN/inf check, the handler's postprocess, one sample back without its batch dimension.
 - ``release``: give the request's place in admission control back, exactly once.
+
+``inline`` runs all of it for the inline executor, on the event loop, in one go: there a call
+runs to its end before the next request can start, so nothing is ever queued or counted, and
+no ``Work`` or future is made (issue 35, docs/BENCHMARKS.md).
 
 Errors are outcomes, not exceptions: one request's bad input or handler failure answers only
 that request; a model failure answers the whole batch. A ``BaseException`` from the model
@@ -17,33 +25,155 @@ which lets the thread that ran it die (and be replaced).
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from inferpool.engine.errors import DeadlineExceeded, EngineError, ModelFailed, WorkerDied
-from inferpool.engine.requests import Coerce, Finish, Outcome, Prediction, Prepare, Run, Work, request_id
-from inferpool.engine.schema import Array
+from inferpool.engine.admission import Admission, SampleCount
+from inferpool.engine.errors import (
+    DeadlineBelowFloor,
+    DeadlineExceeded,
+    EngineError,
+    InvalidInput,
+    ModelFailed,
+    WorkerDied,
+)
+from inferpool.engine.faults import check_finite
+from inferpool.engine.requests import Outcome, Prediction, Work, request_id
+from inferpool.engine.schema import Array, QuickInputs, Schema, positional
+
+if TYPE_CHECKING:
+    from inferpool.engine.deadline_floor import DeadlineFloor
+    from inferpool.engine.handlers import Handler
+    from inferpool.engine.options import RuntimeOptions
 
 log = logging.getLogger(__name__)
 
 
+class Runner(Protocol):
+    """What runs one model call (inferpool.engine.runtime_set.RuntimeSet)."""
+
+    def run(self, arrays: Mapping[str, Array]) -> dict[str, Array]: ...
+
+
 class Pipeline:
     def __init__(
-        self,
-        *,
-        coerce: Coerce,
-        run: Run,
-        release: Callable[[int], None],
-        check: Callable[[Mapping[str, Array]], None] | None = None,
-        prepare: Prepare | None = None,
-        finish: Finish | None = None,
-    ) -> None:
-        self._coerce, self._run, self._release, self._check = coerce, run, release, check
-        self._preprocess, self._postprocess = prepare, finish
+        self, name: str, schema: Schema, runtimes: Runner, admission: Admission, options: RuntimeOptions,
+        handler: Handler | None = None,
+    ) -> None:  # fmt: skip
+        self.name = name
+        self.schema = schema
+        self.runtimes = runtimes
+        self.admission = admission
+        self.handler = handler
+        self.strict = options.check_inputs
+        self.check_outputs = options.check_outputs
+        self.max_samples = options.max_request_samples
+        self._count = handler.samples if handler is not None else SampleCount(schema)
+        self._quick = QuickInputs.of(schema)
+        self._outputs_as_run = not self.check_outputs and handler is None
+        self.floor: DeadlineFloor | None = None
+        """The model's deadline floor per sample count, once measured (inferpool.engine.deadline_floor)."""
+
+    def admit(self, inputs: object, deadline: float | None) -> int:
+        """Count a request in for an executor that queues it; its samples (given back at release)."""
+        samples = self._samples(inputs)
+        if deadline is not None:
+            self._check_floor(samples, deadline, time.monotonic())
+        self.admission.admit(samples, deadline, self.name)
+        return samples
+
+    def inline(self, inputs: object, deadline: float | None, rid: str | None) -> Prediction:
+        """The whole request on the event loop, for the inline executor; raises what it is answered with.
+
+        What the queued path does and this one need not: admission's counts and estimate (no
+        request is ever ahead of this one, so none can be refused for the wait, and none can
+        exceed the capacity), a ``Work``, the call's timing for the estimate. The deadline is
+        checked before and after (no timer can fire mid-call on the event loop)."""
+        started = time.monotonic()
+        samples = self._samples(inputs)  # refuses too many before any conversion
+        if deadline is not None:
+            if deadline <= started:
+                raise DeadlineExceeded(f"the request's deadline passed before model {self.name!r} got it")
+            self._check_floor(samples, deadline, started)
+        token = request_id.set(rid) if rid is not None and request_id.get() != rid else None
+        try:
+            context: object = None
+            if self.handler is not None:
+                inputs, context = self.handler.preprocess(inputs)
+            arrays, single = self.coerce(inputs)
+            dispatched = time.monotonic()
+            outputs = self.run(arrays)
+            finished = time.monotonic()
+            if single:
+                outputs = {name: out[0] for name, out in outputs.items()}
+            if not self._outputs_as_run:
+                try:
+                    outputs = self._checked_outputs(outputs, context)
+                except Exception as exc:  # noqa: BLE001 -- as on the other paths: a 500 that names no internals
+                    raise _finish_failed(exc, rid or "-")  # noqa: B904 -- the cause is logged, not sent
+        except (Exception, KeyboardInterrupt, asyncio.CancelledError):
+            raise
+        except BaseException as exc:  # noqa: BLE001 -- SystemExit & co: on the event loop it would end the server
+            raise worker_died(exc)  # noqa: B904 -- worker_died sets the cause
+        finally:
+            if token is not None:
+                request_id.reset(token)
+        if deadline is not None and finished > deadline:
+            raise DeadlineExceeded(f"the request's deadline passed while model {self.name!r} ran it")
+        rows = next(iter(arrays.values())).shape[0] if arrays else 1
+        return Prediction(outputs, single, rows, 0.0, dispatched - started, finished - dispatched, 0.0, dispatched)
+
+    def _check_floor(self, samples: int, deadline: float, now: float) -> None:
+        # One sample's floor the front end holds before the body is read; more samples' only here.
+        floor = self.floor
+        if samples > 1 and floor is not None and deadline - now < floor.seconds(samples):
+            raise DeadlineBelowFloor(samples, floor.ms(samples))
+
+    def _samples(self, inputs: object) -> int:
+        samples = self._count(inputs)
+        if samples > self.max_samples:
+            raise InvalidInput(
+                f"the request carries {samples} samples; model {self.name!r} takes at most "
+                f"{self.max_samples} per request (max_request_samples): split it"
+            )
+        return samples
+
+    def coerce(self, inputs: object) -> tuple[dict[str, Array], bool]:
+        """Model inputs (after any preprocess) -> (arrays with a batch dimension, one sample without one?):
+        the quick check where the schema allows it, the general one whenever it is not sure."""
+        quick = self._quick
+        if quick is not None:
+            checked = quick(inputs)
+            if checked is not None:
+                return checked
+        return self.schema.coerce_inputs(positional(self.schema, inputs), strict=self.strict)
+
+    def call(self, arrays: Mapping[str, Array]) -> dict[str, Array]:
+        """One model call, timed for admission control (``run`` says what it raises)."""
+        started = time.perf_counter()
+        outputs = self.run(arrays)
+        rows = next(iter(arrays.values())).shape[0] if arrays else 1
+        self.admission.times.observe(rows, time.perf_counter() - started)
+        return outputs
+
+    def run(self, arrays: Mapping[str, Array]) -> dict[str, Array]:
+        """One model call; model exceptions become ModelFailed."""
+        try:
+            return self.runtimes.run(arrays)
+        except EngineError:
+            raise
+        except Exception as exc:
+            # Logged once here with the traceback; the caller gets a message without internals.
+            log.exception("model %r failed on a request", self.name)
+            raise ModelFailed(
+                f"the model failed on this input ({type(exc).__name__}); the server log has the details"
+            ) from exc
 
     def prepare(self, work: Work) -> BaseException | None:
         """Validate a request just taken up; the error to answer it with, or None if it can run."""
@@ -55,9 +185,9 @@ class Pipeline:
             return DeadlineExceeded("the request's deadline passed while it was queued; it never ran")
         try:
             inputs = work.inputs
-            if self._preprocess is not None:
-                inputs, work.context = self._preprocess(inputs)
-            work.arrays, work.single = self._coerce(inputs)
+            if self.handler is not None:
+                inputs, work.context = self.handler.preprocess(inputs)
+            work.arrays, work.single = self.coerce(inputs)
         except Exception as exc:  # noqa: BLE001 -- goes to this request's caller only
             return exc
         work.rows = next(iter(work.arrays.values())).shape[0] if work.arrays else 1
@@ -77,7 +207,7 @@ class Pipeline:
                 arrays = batch[0].arrays
             else:
                 arrays = {name: np.concatenate([w.arrays[name] for w in batch]) for name in batch[0].arrays}
-            outputs = self._run(arrays)
+            outputs = self.call(arrays)
             if len(batch) > 1 and any(out.shape[:1] != (rows,) for out in outputs.values()):
                 raise ModelFailed(
                     f"the model returned {[out.shape for out in outputs.values()]} for a batch of {rows}; batching "
@@ -115,7 +245,14 @@ class Pipeline:
             self.release(work)
 
     def release(self, work: Work) -> None:
-        self._release(work.estimate)
+        self.admission.leave(work.estimate)
+
+    def _checked_outputs(self, outputs: dict[str, Array], context: object) -> dict[str, Array]:
+        if self.check_outputs:
+            check_finite(outputs)  # on its own rows: one bad sample fails only its request
+        if self.handler is not None:
+            return self.handler.postprocess(outputs, context)
+        return outputs
 
     def _finish(self, work: Work, outputs: dict[str, Array], timing: tuple[float, float, int, bool]) -> Outcome:
         """One request's rows -> its Prediction (or the error that only it gets)."""
@@ -123,12 +260,9 @@ class Pipeline:
         if work.single:
             outputs = {name: out[0] for name, out in outputs.items()}
         try:
-            if self._check is not None:
-                self._check(outputs)  # on its own rows: one bad sample fails only its request
-            if self._postprocess is not None:
-                outputs = self._postprocess(outputs, work.context)
+            outputs = self._checked_outputs(outputs, work.context)
         except Exception as exc:  # noqa: BLE001 -- this request's answer, not the batch's
-            return _finish_failed(exc, work)
+            return _finish_failed(exc, work.request_id)
         return Prediction(
             outputs=outputs,
             single=work.single,
@@ -148,10 +282,10 @@ def worker_died(exc: BaseException) -> WorkerDied:
     return died
 
 
-def _finish_failed(exc: Exception, work: Work) -> EngineError:
+def _finish_failed(exc: Exception, rid: str) -> EngineError:
     if isinstance(exc, EngineError):
         return exc
-    token = request_id.set(work.request_id)
+    token = request_id.set(rid)
     try:
         log.exception("a model handler's postprocess failed")
     finally:

@@ -1,8 +1,8 @@
 """A request's context as it travels through the engine, and its answer.
 
-The same ``Work`` object carries a request on every path (inline, worker threads, batcher):
-its payload until validated, then its arrays; its id (for logs), deadline and timings; and,
-off the event loop, the future its caller awaits.
+The same ``Work`` object carries a request on every queued path (worker threads, batcher):
+its payload until validated, then its arrays; its id (for logs), deadline and timings; and the
+future its caller awaits. The inline path needs none (``Pipeline.inline``).
 """
 
 from __future__ import annotations
@@ -21,9 +21,11 @@ request_id: ContextVar[str] = ContextVar("request_id", default="-")
 engine sets it on its own threads from ``Work.request_id`` before it logs for a request)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Prediction:
-    """A request's answer and where its time went (the service turns these into metrics)."""
+    """A request's answer and where its time went (the service turns these into metrics).
+    Read-only by contract; not frozen, since a frozen dataclass's ``__init__`` costs three
+    times a plain one's (1.6 against 0.5 µs, once per request: docs/BENCHMARKS.md, issue 35)."""
 
     outputs: dict[str, Array]
     single: bool

@@ -115,7 +115,7 @@ class TensorSpec:
             )
 
     def _reshape_by_numel(self, array: Array) -> Array:
-        batch = array.shape[0] if self.batched else 1
+        batch = array.shape[0] if self.batched and array.ndim else 1  # a bare number is one sample's worth
         if array.size != batch * self.sample_numel or any(d is None for d in self.sample_shape):
             raise InvalidInput(
                 f"input '{self.name}' has {array.size} elements; expected {self.sample_numel} per sample",
@@ -187,3 +187,64 @@ def output_names(count: int, given: Sequence[str]) -> tuple[str, ...]:
     if given and len(given) != count:
         raise ValueError(f"the model returns {count} outputs but {len(given)} output names were given")
     return tuple(given) or (("output",) if count == 1 else tuple(f"output_{i}" for i in range(count)))
+
+
+class QuickInputs:
+    """The common request checked in fewer steps: one batched float input, sent whole and
+    already in the schema's shape (nested lists from JSON, or an array from v2).
+
+    Gives what ``Schema.coerce_inputs(positional(...))`` gives for such a request, or None
+    whenever it is not sure (another layout, NaN, infinity, a value out of the dtype's range,
+    anything else): the caller then takes the general path, which answers or refuses as it
+    always has, with its words. What it saves per request: the ``np.errstate`` context and the
+    ``isfinite`` pass, both replaced by one dot product (a finite sum of squares no larger
+    than the dtype's largest value squared means every value is finite and in range), and the
+    per-input bookkeeping of a many-input schema (docs/BENCHMARKS.md, issue 35)."""
+
+    __slots__ = ("_bound", "_dtype", "_ndim", "_one", "_sample", "name")
+
+    def __init__(self, spec: TensorSpec) -> None:
+        self.name = spec.name
+        self._dtype = np.dtype(spec.dtype)
+        self._sample = tuple(d for d in spec.sample_shape if d is not None)
+        self._one = (1, *self._sample)
+        self._ndim = len(spec.shape)
+        largest = float(np.finfo(self._dtype).max)
+        self._bound = min(largest * largest, float(np.finfo(np.float64).max))
+
+    @classmethod
+    def of(cls, schema: Schema) -> QuickInputs | None:
+        """The quick check for ``schema``, or None if its requests always take the general path."""
+        if len(schema.inputs) != 1:
+            return None
+        spec = schema.inputs[0]
+        dtype = np.dtype(spec.dtype)
+        # float16 is left out: an integer above 65504 would overflow it unseen.
+        fixed = all(d is not None for d in spec.sample_shape)
+        return cls(spec) if spec.batched and fixed and dtype.kind == "f" and dtype.itemsize >= 4 else None
+
+    def __call__(self, value: object) -> tuple[dict[str, Array], bool] | None:
+        if type(value) is dict:
+            if len(value) != 1 or self.name not in value:
+                return None
+            value = value[self.name]
+        try:
+            array = np.asarray(value)
+        except Exception:  # noqa: BLE001 -- ragged, odd: the general path says what is wrong
+            return None
+        kind = array.dtype.kind
+        if array.size == 0 or kind not in "fiu":
+            return None
+        if kind == "f":
+            flat = array.reshape(-1)
+            # A Python float: compared with a float32 scalar, the bound would be cast to float32.
+            if not float(flat.dot(flat)) <= self._bound:  # NaN compares False too
+                return None
+        shape = array.shape
+        if shape == self._sample:
+            array, single = array.reshape(self._one), True
+        elif len(shape) == self._ndim and shape[1:] == self._sample:
+            single = False
+        else:
+            return None
+        return {self.name: np.ascontiguousarray(array.astype(self._dtype, copy=False))}, single

@@ -37,11 +37,11 @@ COMPONENTS: dict[str, str] = {
     "JSON decode/encode": r"service/http/codec\.py|orjson|json/|pydantic",
     "metrics": r"service/telemetry/metric(?:s|_slots)\.py|service/timing\.py|prometheus_client/",
     "admission + engine bookkeeping": (
-        r"engine/admission\.py|engine/served\.py|engine/pool\.py|engine/batching\.py|engine/pipeline\.py"
-        r"|engine/executors?\.py|engine/requests\.py"
+        r"engine/admission\.py|engine/served\.py|engine/pool\.py|engine/executors/batching\.py"
+        r"|engine/pipeline\.py|engine/executors/(__init__|base|inline)\.py|engine/requests\.py"
     ),
     "worker hand-off (threads, futures)": (
-        r"engine/workers\.py|concurrent/futures|threading\.py|queue\.py|anyio/"
+        r"engine/executors/threads\.py|concurrent/futures|threading\.py|queue\.py|anyio/"
     ),
     "middleware + route code": (
         r"service/http/middleware\.py|service/http/routes/|service/models/host\.py|service/telemetry/logs\.py"

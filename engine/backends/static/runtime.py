@@ -19,7 +19,7 @@ Options (``RuntimeOptions``), as implemented here:
 - ``cleanup_activations``: the slab is freed after every run and allocated again (one
   allocation) by the next; off = kept between runs (idle memory = one slab per seen shape).
 - ``manage_output_tensors``: output-producing nodes write into runtime buffers too. The engine
-  hands results on after the runtime is back in the pool (``ServedModel._run`` returns from
+  hands results on after the runtime is back in the pool (``RuntimeSet.run`` returns from
   inside the lease; batching slices and encoding happen later), so a managed output is copied
   before ``run`` returns -- correct, and never faster than a fresh output.
 """

@@ -10,7 +10,7 @@ import pytest
 
 from inferpool.engine import batch_choice
 from inferpool.engine.batch_choice import BatchChoice
-from inferpool.engine.batching import Batcher
+from inferpool.engine.executors.batching import Batcher
 from inferpool.engine.requests import Work
 from tests.unit.engine.test_batching import FakeModel, assert_answers_alone_at_once, serve
 

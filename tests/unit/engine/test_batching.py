@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 from inferpool.engine import InferenceModule, ModelFailed, RuntimeOptions, ServedModel
-from inferpool.engine.batching import Batcher
-from inferpool.engine.executor import ExecutorConfig
-from inferpool.engine.pipeline import Pipeline
+from inferpool.engine.executors import ExecutorConfig
+from inferpool.engine.executors.batching import Batcher
 from inferpool.engine.requests import Work
 from inferpool.engine.threads import ThreadPlan
 from tests.support.fault_models import POISON, raising
+from tests.support.pipelines import fake_pipeline
 
 
 def serve(module, runtimes=2, **options) -> ServedModel:
@@ -104,28 +104,25 @@ def assert_answers_alone_at_once(model: ServedModel, image) -> None:
 
 
 class FakeModel:
-    """The batcher alone: coercion is np.asarray, the model doubles its input and logs each call."""
+    """The batcher alone: inputs are float arrays of any shape, the model doubles them and logs each call."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[int, ...]] = []
-
-    def coerce(self, inputs):
-        return {"x": np.asarray(inputs, dtype=np.float32)}, False
 
     def run(self, arrays):
         self.calls.append(arrays["x"].shape)
         return {"y": arrays["x"] * 2}
 
     def batcher(self, max_delay: float) -> Batcher:
-        return batcher_of(self.coerce, self.run, threads=1, max_batch_size=8, max_delay=max_delay)
+        return batcher_of(self.run, threads=1, max_batch_size=8, max_delay=max_delay)
 
 
-def batcher_of(coerce, run, *, threads: int, max_batch_size: int, max_delay: float) -> Batcher:
+def batcher_of(run, *, threads: int, max_batch_size: int, max_delay: float, preprocess=None) -> Batcher:
     config = ExecutorConfig(
         name="test", threads=threads, initializer=lambda: None, max_batch_size=max_batch_size, max_delay=max_delay,
         call_seconds=lambda rows: 0.01,
     )  # fmt: skip
-    return Batcher(Pipeline(coerce=coerce, run=run, release=lambda samples: None), config)
+    return Batcher(fake_pipeline(run, preprocess=preprocess), config)
 
 
 def submit(batcher: Batcher, inputs, deadline: float | None = None):
@@ -174,13 +171,13 @@ def test_a_full_batch_runs_before_the_rest_of_the_queue_is_validated():
     def slow_coerce(inputs):
         time.sleep(0.005)  # a handler's preprocess (tokenising) or a large input's validation
         events.append("coerce")
-        return {"x": np.asarray(inputs, dtype=np.float32)}, False
+        return {"x": np.asarray(inputs, dtype=np.float32)}
 
     def run(arrays):
         events.append("run")
         return {"y": arrays["x"] * 2}
 
-    batcher = batcher_of(slow_coerce, run, threads=2, max_batch_size=2, max_delay=5.0)
+    batcher = batcher_of(run, threads=2, max_batch_size=2, max_delay=5.0, preprocess=slow_coerce)
 
     async def many():
         return await asyncio.gather(*(submit(batcher, [[float(i)]]) for i in range(20)))

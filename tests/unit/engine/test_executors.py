@@ -20,12 +20,11 @@ from inferpool.engine import (
     ServedModel,
     WorkerDied,
 )
-from inferpool.engine.executor import ExecutorConfig
-from inferpool.engine.executors import EXECUTORS
-from inferpool.engine.pipeline import Pipeline
+from inferpool.engine.executors import EXECUTORS, ExecutorConfig
 from inferpool.engine.requests import Work, request_id
 from inferpool.engine.threads import ThreadPlan
 from tests.support.fault_models import POISON, raising
+from tests.support.pipelines import Recorded, fake_pipeline
 
 ALL = ["inline", "threads", "batch"]
 OFF_THE_LOOP = ["threads", "batch"]
@@ -37,11 +36,9 @@ class FakeModel:
     def __init__(self) -> None:
         self.gate = threading.Event()
         self.gate.set()
-        self.released: list[int] = []
+        self.admission = Recorded()
+        self.released = self.admission.released
         self.calls = 0
-
-    def coerce(self, inputs):
-        return {"x": np.asarray(inputs, dtype=np.float32).reshape(-1, 1)}, False
 
     def run(self, arrays):
         self.gate.wait(5)
@@ -59,7 +56,7 @@ def fake() -> FakeModel:
 
 
 def executor(kind: str, fake: FakeModel):
-    pipeline = Pipeline(coerce=fake.coerce, run=fake.run, release=fake.released.append)
+    pipeline = fake_pipeline(fake.run, fake.admission)
     config = ExecutorConfig(
         name=f"test-{kind}", threads=1, initializer=lambda: None, max_batch_size=4 if kind == "batch" else 1,
         max_delay=0.001, call_seconds=lambda rows: 0.0,
@@ -71,7 +68,7 @@ def executor(kind: str, fake: FakeModel):
 def test_success_answers_with_the_models_outputs_and_releases_once(kind, fake):
     ex = executor(kind, fake)
     try:
-        prediction = asyncio.run(ex.run(Work([1, 2], 2, None)))
+        prediction = asyncio.run(ex.run(Work([[1], [2]], 2, None)))
     finally:
         ex.close()
     np.testing.assert_array_equal(prediction.outputs["y"], [[2], [4]])
@@ -86,8 +83,8 @@ def test_a_model_that_raises_fails_the_request_and_the_executor_keeps_serving(ki
 
     async def two():
         with pytest.raises(ModelFailed, match="negative"):
-            await ex.run(Work([-1], 1, None))
-        return await ex.run(Work([3], 1, None))
+            await ex.run(Work([[-1]], 1, None))
+        return await ex.run(Work([[3]], 1, None))
 
     try:
         prediction = asyncio.run(two())
@@ -103,8 +100,8 @@ def test_a_model_that_exits_answers_worker_died_and_the_executor_keeps_serving(k
 
     async def two():
         with pytest.raises(WorkerDied):
-            await ex.run(Work([99], 1, None))
-        return await ex.run(Work([1], 1, None))
+            await ex.run(Work([[99]], 1, None))
+        return await ex.run(Work([[1]], 1, None))
 
     try:
         prediction = asyncio.run(two())
@@ -117,7 +114,7 @@ def test_a_model_that_exits_answers_worker_died_and_the_executor_keeps_serving(k
 def test_inline_refuses_a_request_whose_deadline_already_passed(fake):
     ex = executor("inline", fake)
     with pytest.raises(DeadlineExceeded, match="never ran"):
-        asyncio.run(ex.run(Work([1], 1, time.monotonic() - 0.001)))
+        asyncio.run(ex.run(Work([[1]], 1, time.monotonic() - 0.001)))
     assert fake.calls == 0
     assert fake.released == [1]
 
@@ -128,9 +125,9 @@ def test_a_deadline_that_passes_while_queued_never_runs(kind, fake):
 
     async def scenario():
         fake.gate.clear()
-        first = asyncio.ensure_future(ex.run(Work([1], 1, None)))
+        first = asyncio.ensure_future(ex.run(Work([[1]], 1, None)))
         await asyncio.sleep(0.05)  # the only worker is now inside the first call
-        late = asyncio.ensure_future(ex.run(Work([2], 1, time.monotonic() + 0.05)))
+        late = asyncio.ensure_future(ex.run(Work([[2]], 1, time.monotonic() + 0.05)))
         await asyncio.sleep(0.15)
         fake.gate.set()
         return await first, *(await asyncio.gather(late, return_exceptions=True))
@@ -152,9 +149,9 @@ def test_shutdown_answers_queued_work_instead_of_leaving_callers_hanging(kind, f
 
     async def scenario():
         fake.gate.clear()
-        running = asyncio.ensure_future(ex.run(Work([1], 1, None)))
+        running = asyncio.ensure_future(ex.run(Work([[1]], 1, None)))
         await asyncio.sleep(0.05)
-        queued = [asyncio.ensure_future(ex.run(Work([i], 1, None))) for i in range(2, 5)]
+        queued = [asyncio.ensure_future(ex.run(Work([[i]], 1, None))) for i in range(2, 5)]
         await asyncio.sleep(0.01)
         # The worker is stuck in a call past close()'s timeout: the queue is refused, not lost.
         await asyncio.get_running_loop().run_in_executor(None, lambda: ex.close(timeout=0.1))
@@ -183,14 +180,14 @@ def served(module, dispatch: str, **options) -> ServedModel:
 @pytest.mark.parametrize("dispatch", OFF_THE_LOOP)
 def test_a_deadline_that_passes_while_running_answers_504_and_the_work_is_released(dispatch, digits_module, images):
     model = served(digits_module, dispatch)
-    original, started = model._run, threading.Event()
+    original, started = model.runtimes.run, threading.Event()
 
     def slow(arrays):
         started.set()
         time.sleep(0.2)
         return original(arrays)
 
-    model._run = slow  # type: ignore[method-assign]
+    model.runtimes.run = slow  # type: ignore[method-assign]
     try:
         with pytest.raises(DeadlineExceeded, match="while model 'digits' ran it"):
             asyncio.run(model.infer(images[0].tolist(), time.monotonic() + 0.05))
@@ -207,13 +204,13 @@ def test_inline_cannot_interrupt_a_running_call_but_a_late_answer_is_a_504_too(d
     # On the event loop nothing else runs until the call returns, so no timer can fire
     # mid-call; the deadline is checked when it returns, as the other executors' timers do.
     model = served(digits_module, "inline")
-    original = model._run
+    original = model.runtimes.run
 
     def slow(arrays):
         time.sleep(0.1)
         return original(arrays)
 
-    model._run = slow  # type: ignore[method-assign]
+    model.runtimes.run = slow  # type: ignore[method-assign]
     try:
         with pytest.raises(DeadlineExceeded, match="while model 'digits' ran it"):
             asyncio.run(model.infer(images[0].tolist(), time.monotonic() + 0.05))

@@ -23,8 +23,8 @@ from inferpool.engine import (
     ServedModel,
     WorkerDied,
 )
+from inferpool.engine.executors.threads import ThreadSet
 from inferpool.engine.threads import ThreadPlan
-from inferpool.engine.workers import ThreadSet
 from tests.support.fault_models import POISON, raising
 from tests.unit.engine.fault_models_engine import faulty
 

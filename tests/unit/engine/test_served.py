@@ -49,13 +49,13 @@ def test_bad_input_surfaces_from_the_worker_and_the_pool_stays_whole(served):
 
 def test_overload_is_refused_at_once_instead_of_queueing(served, images):
     gate = threading.Event()
-    original = served._run
+    original = served.runtimes.run
 
     def slow_run(arrays):
         gate.wait(5)
         return original(arrays)
 
-    served._run = slow_run  # type: ignore[method-assign]
+    served.runtimes.run = slow_run  # type: ignore[method-assign]
 
     async def flood():
         tasks = [asyncio.ensure_future(served.infer(images[0].tolist())) for _ in range(10)]

@@ -11,8 +11,8 @@ from queue import SimpleQueue
 import pytest
 
 from inferpool.engine.errors import NotReady
+from inferpool.engine.executors.threads import ThreadSet, refuse_queued
 from inferpool.engine.requests import Work
-from inferpool.engine.workers import ThreadSet, refuse_queued
 
 
 def eventually(condition, timeout: float = 5.0) -> bool:

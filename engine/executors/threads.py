@@ -1,5 +1,5 @@
 """Long-lived inference threads that replace themselves when one dies (``ThreadSet``), fed
-from one queue of requests (``QueuedWorkers``: the ``threads`` executor and the batcher)."""
+from one queue of requests (``QueuedWorkers``: the ``threads`` executor here, and the batcher)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import time
 from collections.abc import Callable
 from queue import Empty, SimpleQueue
 
-from inferpool.engine.errors import NotReady
-from inferpool.engine.executor import ExecutorConfig
+from inferpool.engine.errors import DeadlineExceeded, NotReady
+from inferpool.engine.executors.base import ExecutorConfig
 from inferpool.engine.pipeline import Pipeline
 from inferpool.engine.requests import Prediction, Work, deliver
 
@@ -131,6 +131,23 @@ class QueuedWorkers:
     def replaced(self) -> int:
         return self._threads.replaced
 
+    async def infer(self, inputs: object, deadline: float | None, request_id: str | None) -> Prediction:
+        pipeline = self.pipeline
+        samples = pipeline.admit(inputs, deadline)
+        pending = self.run(Work(inputs, samples, deadline, request_id))
+        if deadline is None:
+            return await pending
+        # asyncio.timeout cancels only this task's wait (no extra task, unlike wait_for); the
+        # worker sees the cancelled future and drops the answer; the runtime goes back as usual.
+        timeout = asyncio.timeout(deadline - time.monotonic())
+        try:
+            async with timeout:
+                return await pending
+        except TimeoutError:
+            if not timeout.expired():
+                raise
+            raise DeadlineExceeded(f"the request's deadline passed while model {pipeline.name!r} ran it") from None
+
     async def run(self, work: Work) -> Prediction:
         future = work.attach(asyncio.get_running_loop())
         self._queue.put(work)
@@ -168,3 +185,14 @@ def refuse_queued(queue: SimpleQueue[Work | None], pipeline: Pipeline) -> None:
             deliver([(work, NotReady("the model is shutting down"))])
     for _ in range(sentinels):  # a thread still finishing its call must find its stop sign
         queue.put(None)
+
+
+class ThreadExecutor(QueuedWorkers):
+    """The ``threads`` executor: each worker runs one request at a time, start to end."""
+
+    def _work(self) -> None:
+        while (work := self._queue.get()) is not None:
+            outcome, died = self.pipeline.one(work)
+            deliver([(work, outcome)])
+            if died is not None:
+                raise died  # this thread ends; ThreadSet starts its replacement

@@ -23,8 +23,13 @@ class ExecutorConfig:
 
 
 class Executor(Protocol):
+    async def infer(self, inputs: object, deadline: float | None, request_id: str | None) -> Prediction:
+        """Admit one request, run it, answer it: what ``ServedModel.infer`` awaits (its
+        docstring lists the errors). ``deadline`` is an absolute ``time.monotonic()``."""
+        ...
+
     async def run(self, work: Work) -> Prediction:
-        """Run ``work`` through the pipeline; raises the error it was answered with."""
+        """Run ``work``, admitted already, through the pipeline; raises the error it was answered with."""
         ...
 
     @property

@@ -31,14 +31,14 @@ from dataclasses import dataclass
 from queue import Empty
 
 from inferpool.engine.errors import NotReady
-from inferpool.engine.executor import ExecutorConfig
+from inferpool.engine.executors.base import ExecutorConfig
+from inferpool.engine.executors.threads import QueuedWorkers
 from inferpool.engine.pipeline import Pipeline, worker_died
 from inferpool.engine.requests import Work, deliver
-from inferpool.engine.workers import QueuedWorkers
 
 
 class Batcher(QueuedWorkers):
-    """The ``batch`` executor (inferpool.engine.executor)."""
+    """The ``batch`` executor (inferpool.engine.executors)."""
 
     def __init__(self, pipeline: Pipeline, config: ExecutorConfig) -> None:
         self.max_batch_size = config.max_batch_size
