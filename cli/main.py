@@ -8,7 +8,7 @@ from collections.abc import Callable
 from inferpool.cli.bench import bench_main
 from inferpool.cli.compile import compile_main
 from inferpool.cli.serve import serve
-from inferpool.cli.tune import tune_main
+from inferpool.cli.tune.command import tune_main
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from inferpool.engine import InferenceModule, RuntimeOptions, load_model
-from inferpool.engine.backends.onnx_export import ensure_export, require
+from inferpool.engine.backends.onnxruntime.export import ensure_export, require
 from inferpool.engine.backends.precision import measure
 from inferpool.engine.backends.quantize import DYNAMIC_OPS as OP_TYPES
 from inferpool.engine.schema import Array

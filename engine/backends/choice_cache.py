@@ -18,7 +18,7 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-from inferpool.engine.backends.onnx_export import source_key
+from inferpool.engine.backends.onnxruntime.export import source_key
 from inferpool.engine.compile_cache import artifact_path, cache_dir, content_key, write_atomically
 from inferpool.engine.module import InferenceModule
 from inferpool.engine.options import RuntimeOptions

@@ -1,7 +1,7 @@
 """OpenVINO: the model's ONNX export (or the ``.onnx`` source) compiled once per serving process.
 
 ``compile`` reads the file the onnxruntime backend exports and caches
-(inferpool.engine.backends.onnx_export) and builds one ``CompiledModel``; every runtime holds one
+(inferpool.engine.backends.onnxruntime.export) and builds one ``CompiledModel``; every runtime holds one
 infer request on it, so the weights exist once. OpenVINO runs concurrent infer requests in
 parallel only on separate *streams*, so the compiled model has one stream per runtime of the
 thread plan and ``intra_op_threads`` threads in each (the plan's total); one stream shared by
@@ -33,8 +33,8 @@ import numpy as np
 import torch
 
 from inferpool.engine.backends.base import Runtime
-from inferpool.engine.backends.onnx_export import OnnxExport, ensure_export
-from inferpool.engine.backends.onnx_export import release_weights as release_into_cache
+from inferpool.engine.backends.onnxruntime.export import OnnxExport, ensure_export
+from inferpool.engine.backends.onnxruntime.export import release_weights as release_into_cache
 from inferpool.engine.backends.parity import Tolerance, eager_outputs, first_mismatch
 from inferpool.engine.backends.precision import check_source, serve_precision
 from inferpool.engine.errors import ModelLoadError, import_optional

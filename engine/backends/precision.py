@@ -46,7 +46,7 @@ import torch
 
 from inferpool.engine.backends.gate import Gate, GateFigures, measure
 from inferpool.engine.backends.held_out import held_out
-from inferpool.engine.backends.onnx_export import OnnxExport
+from inferpool.engine.backends.onnxruntime.export import OnnxExport
 from inferpool.engine.backends.quantize import SUFFIX, Quantizer, candidates, quantized
 from inferpool.engine.compile_cache import content_key, write_atomically
 from inferpool.engine.errors import ModelLoadError

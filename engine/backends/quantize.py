@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from inferpool.engine.backends.onnx_export import OnnxExport, require
+from inferpool.engine.backends.onnxruntime.export import OnnxExport, require
 from inferpool.engine.compile_cache import artifact_path, cache_dir, content_key, write_atomically
 from inferpool.engine.errors import ModelLoadError
 from inferpool.engine.module import InferenceModule

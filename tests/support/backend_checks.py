@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from inferpool.engine.backends.onnx_export import WEIGHTS_SUFFIX
+from inferpool.engine.backends.onnxruntime.export import WEIGHTS_SUFFIX
 from inferpool.engine.module import InferenceModule
 
 Reference = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]

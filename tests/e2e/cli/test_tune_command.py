@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from inferpool.cli.tune_rank import DEFAULTS, NOISE
+from inferpool.cli.tune.rank import DEFAULTS, NOISE
 from inferpool.harness.load import Workload, run_load
 from inferpool.harness.payloads import json_request
 from inferpool.harness.server import INFERPOOL

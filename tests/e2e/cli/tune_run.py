@@ -12,8 +12,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from inferpool.cli.tune_rank import DEFAULTS
-from inferpool.cli.tune_space import Knobs
+from inferpool.cli.tune.rank import DEFAULTS
+from inferpool.cli.tune.space import Knobs
 from inferpool.config import load_settings
 from inferpool.harness.client import KeepAlive
 from inferpool.harness.payloads import json_request

@@ -7,12 +7,12 @@ import time
 
 import pytest
 
-from inferpool.cli.tune_budget import EXIT_MARGIN, Budget, parse_duration
-from inferpool.cli.tune_config import to_toml, write_config
-from inferpool.cli.tune_costs import Costs, batch_sizes
-from inferpool.cli.tune_rank import DEFAULTS, NOISE, choose
-from inferpool.cli.tune_space import Knobs, Load, build_space, calibrate, predict
-from inferpool.cli.tune_trials import Trial, early_stop
+from inferpool.cli.tune.budget import EXIT_MARGIN, Budget, parse_duration
+from inferpool.cli.tune.config import to_toml, write_config
+from inferpool.cli.tune.costs import Costs, batch_sizes
+from inferpool.cli.tune.rank import DEFAULTS, NOISE, choose
+from inferpool.cli.tune.space import Knobs, Load, build_space, calibrate, predict
+from inferpool.cli.tune.trials import Trial, early_stop
 from inferpool.config import load_settings
 from inferpool.harness.load import Summary, Window
 

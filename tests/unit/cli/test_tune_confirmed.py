@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,18 +15,18 @@ from types import SimpleNamespace
 
 import pytest
 
-import inferpool.cli.tune_measure
-import inferpool.cli.tune_trials
-from inferpool.cli.tune_budget import Budget
-from inferpool.cli.tune_confirm import Confirmation, confirm
-from inferpool.cli.tune_costs import Costs
-from inferpool.cli.tune_decide import AGREEMENT, agreement, decide
-from inferpool.cli.tune_measure import SHARED, WARMUP, Placement, drift, placement
-from inferpool.cli.tune_progress import Progress
-from inferpool.cli.tune_rank import DEFAULTS, NOISE, choose
-from inferpool.cli.tune_report import Outcome, write_results
-from inferpool.cli.tune_space import Knobs, Load
-from inferpool.cli.tune_trials import Plan, Trial, Trials
+import inferpool.cli.tune.measure
+import inferpool.cli.tune.trials
+from inferpool.cli.tune.budget import Budget
+from inferpool.cli.tune.confirm import Confirmation, confirm
+from inferpool.cli.tune.costs import Costs
+from inferpool.cli.tune.decide import AGREEMENT, agreement, decide
+from inferpool.cli.tune.measure import SHARED, WARMUP, Placement, drift, placement
+from inferpool.cli.tune.progress import Progress
+from inferpool.cli.tune.rank import DEFAULTS, NOISE, choose
+from inferpool.cli.tune.report import Outcome, write_results
+from inferpool.cli.tune.space import Knobs, Load
+from inferpool.cli.tune.trials import Plan, Trial, Trials
 from inferpool.config import load_settings
 from inferpool.harness.load import Summary, Window, Workload
 from inferpool.harness.payloads import json_request
@@ -67,9 +68,9 @@ class FakeMachine:
 @pytest.fixture
 def machine(monkeypatch) -> FakeMachine:
     fake = FakeMachine({0, 1, 2, 3}, [1000.0, 1400.0])
-    monkeypatch.setattr(inferpool.cli.tune_trials, "launch", fake.launch)
-    monkeypatch.setattr(inferpool.cli.tune_trials, "served_config", lambda port, model: {})
-    monkeypatch.setattr(inferpool.cli.tune_measure, "run_load", fake.run_load)
+    monkeypatch.setattr(inferpool.cli.tune.trials, "launch", fake.launch)
+    monkeypatch.setattr(inferpool.cli.tune.trials, "served_config", lambda port, model: {})
+    monkeypatch.setattr(inferpool.cli.tune.measure, "run_load", fake.run_load)
     monkeypatch.setattr(os, "sched_setaffinity", fake.pin)
     return fake
 
@@ -92,8 +93,8 @@ def assert_agree(defaults: Trial, tuned: Trial, checked: Confirmation) -> None:
 def test_a_trial_and_the_confirmation_of_the_same_server_agree(tmp_path, machine, cpus):
     where = placement(cpus)
     assert (where == SHARED) is (len(cpus) < 3)
-    inferpool.cli.tune_measure.pin_generator(where)
-    budget = Budget(600)
+    inferpool.cli.tune.measure.pin_generator(where)
+    budget = Budget(600, start=time.monotonic())
     trials = make_trials(tmp_path, where, budget)
     defaults, tuned = Trial(DEFAULTS, KNOBS), Trial("#1", KNOBS)
     assert trials.run(defaults, DEFAULTS, defaults=True)
@@ -152,7 +153,7 @@ def test_the_defaults_chosen_are_the_answer_without_a_config():
 
 @pytest.mark.parametrize(("ratio", "written"), [(0.83, False), (1.02, False), (1.40, True)])
 def test_tuned_toml_only_when_the_confirmation_shows_the_winner_ahead(tmp_path, ratio, written):
-    trials = make_trials(tmp_path, SHARED, Budget(600))
+    trials = make_trials(tmp_path, SHARED, Budget(600, start=time.monotonic()))
     trials.done += [trial(DEFAULTS, 1000), trial("#1", 1400)]
     confirmation = checked(ratio)
     outcome = Outcome(decide(trials.choice, confirmation, 0.01), confirmation, None, 0.01)
@@ -175,8 +176,8 @@ def test_an_order_effect_between_slices_cancels_in_the_pairs_of_rounds(monkeypat
         last.append(port)
         return Window(start=0.0, latencies=[0.002] * int(speed * duration), end=duration)
 
-    monkeypatch.setattr(inferpool.cli.tune_measure, "run_load", run_load)
-    budget = Budget(600)
+    monkeypatch.setattr(inferpool.cli.tune.measure, "run_load", run_load)
+    budget = Budget(600, start=time.monotonic())
     workload = Workload([json_request([0.0])], concurrency=4)
     result = confirm(1, 2, workload, LOAD, budget, Progress(budget))
     assert result is not None
@@ -203,13 +204,13 @@ class DrawnConnections(FakeMachine):
 
 def test_trials_average_over_connection_draws_as_the_confirmation_does(tmp_path, monkeypatch):
     fake = DrawnConnections({0, 1, 2, 3}, [1000.0, 1400.0])
-    monkeypatch.setattr(inferpool.cli.tune_trials, "launch", fake.launch)
-    monkeypatch.setattr(inferpool.cli.tune_trials, "served_config", lambda port, model: {})
-    monkeypatch.setattr(inferpool.cli.tune_measure, "run_load", fake.run_load)
+    monkeypatch.setattr(inferpool.cli.tune.trials, "launch", fake.launch)
+    monkeypatch.setattr(inferpool.cli.tune.trials, "served_config", lambda port, model: {})
+    monkeypatch.setattr(inferpool.cli.tune.measure, "run_load", fake.run_load)
     monkeypatch.setattr(os, "sched_setaffinity", fake.pin)
     where = placement([0, 1, 2, 3])
-    inferpool.cli.tune_measure.pin_generator(where)
-    budget = Budget(120)  # slices of 1.2 s: a 10 s trial is 9 of them, each its own draw
+    inferpool.cli.tune.measure.pin_generator(where)
+    budget = Budget(120, start=time.monotonic())  # slices of 1.2 s: a 10 s trial is 9 of them, each its own draw
     settings = load_settings(None, ["--model", "inferpool.engine.zoo.mlp:build"])
     plan = Plan(settings, [], "mlp", LOAD, Workload([json_request([0.0] * 64)], concurrency=4), WARMUP, 10.0, where)
     trials = Trials(plan, budget, Progress(budget), tmp_path)

@@ -4,17 +4,18 @@ fails the gate (its strict server refuses to start), ranked as any trial when it
 from __future__ import annotations
 
 import os
+import time
 from contextlib import contextmanager
 
-import inferpool.cli.tune_measure
-import inferpool.cli.tune_trials
-from inferpool.cli.tune_budget import Budget
-from inferpool.cli.tune_measure import WARMUP, placement
-from inferpool.cli.tune_precision import int8_trial
-from inferpool.cli.tune_progress import Progress
-from inferpool.cli.tune_rank import DEFAULTS
-from inferpool.cli.tune_space import Knobs
-from inferpool.cli.tune_trials import Plan, Trial, Trials
+import inferpool.cli.tune.measure
+import inferpool.cli.tune.trials
+from inferpool.cli.tune.budget import Budget
+from inferpool.cli.tune.measure import WARMUP, placement
+from inferpool.cli.tune.precision import int8_trial
+from inferpool.cli.tune.progress import Progress
+from inferpool.cli.tune.rank import DEFAULTS
+from inferpool.cli.tune.space import Knobs
+from inferpool.cli.tune.trials import Plan, Trial, Trials
 from inferpool.config import load_settings
 from inferpool.harness.load import Workload
 from inferpool.harness.payloads import json_request
@@ -47,14 +48,14 @@ class GatedMachine(FakeMachine):
 
 def run_search(tmp_path, monkeypatch, gate_passes: bool) -> tuple[Trials, Trial, Trial | None]:
     fake = GatedMachine(gate_passes)
-    monkeypatch.setattr(inferpool.cli.tune_trials, "launch", fake.launch)
-    monkeypatch.setattr(inferpool.cli.tune_trials, "served_config", fake.served)
-    monkeypatch.setattr(inferpool.cli.tune_measure, "run_load", fake.run_load)
+    monkeypatch.setattr(inferpool.cli.tune.trials, "launch", fake.launch)
+    monkeypatch.setattr(inferpool.cli.tune.trials, "served_config", fake.served)
+    monkeypatch.setattr(inferpool.cli.tune.measure, "run_load", fake.run_load)
     monkeypatch.setattr(os, "sched_setaffinity", fake.pin)
     settings = load_settings(None, ["--model", "inferpool.engine.zoo.mlp:build"])
     workload = Workload([json_request([0.0] * 64)], concurrency=LOAD.concurrency)
     plan = Plan(settings, [], "mlp", LOAD, workload, WARMUP, 2.0, placement([0, 1, 2, 3]), accuracy_cosine=0.99)
-    budget = Budget(600)
+    budget = Budget(600, start=time.monotonic())
     trials = Trials(plan, budget, Progress(budget), tmp_path)
     assert trials.run(Trial(DEFAULTS, ORT), DEFAULTS, defaults=True)
     fp32 = Trial("#1", ORT)
@@ -87,12 +88,12 @@ def test_int8_that_passes_is_ranked_and_its_config_keeps_the_gate(tmp_path, monk
 
 def test_without_the_flag_precision_is_not_searched(tmp_path, monkeypatch):
     fake = GatedMachine(True)
-    monkeypatch.setattr(inferpool.cli.tune_trials, "launch", fake.launch)
-    monkeypatch.setattr(inferpool.cli.tune_trials, "served_config", fake.served)
-    monkeypatch.setattr(inferpool.cli.tune_measure, "run_load", fake.run_load)
+    monkeypatch.setattr(inferpool.cli.tune.trials, "launch", fake.launch)
+    monkeypatch.setattr(inferpool.cli.tune.trials, "served_config", fake.served)
+    monkeypatch.setattr(inferpool.cli.tune.measure, "run_load", fake.run_load)
     settings = load_settings(None, ["--model", "inferpool.engine.zoo.mlp:build"])
     workload = Workload([json_request([0.0] * 64)], concurrency=LOAD.concurrency)
-    budget = Budget(600)
+    budget = Budget(600, start=time.monotonic())
     trials = Trials(Plan(settings, [], "mlp", LOAD, workload, WARMUP, 2.0, accuracy_cosine=None), budget,
                     Progress(budget), tmp_path)  # fmt: skip
     assert trials.run(Trial(DEFAULTS, ORT), DEFAULTS, defaults=True)

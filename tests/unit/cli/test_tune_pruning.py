@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from inferpool.cli.tune_costs import Costs
-from inferpool.cli.tune_space import Knobs, Load, build_space, process_counts, useful_batches
+from inferpool.cli.tune.costs import Costs
+from inferpool.cli.tune.space import Knobs, Load, build_space, process_counts, useful_batches
 
 DIGITS_64 = Load(p99_seconds=0.02, concurrency=64)
 DEFAULTS_AS_SERVED = Knobs("onnxruntime", 2, 1, 1, "inline")  # auto's choices on that machine

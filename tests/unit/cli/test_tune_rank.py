@@ -1,4 +1,4 @@
-"""`inferpool tune`'s choice (inferpool.cli.tune_rank): never a trial that missed when one met; when none
+"""`inferpool tune`'s choice (inferpool.cli.tune.rank): never a trial that missed when one met; when none
 met, the smallest miss, with p99s within their noise told apart by throughput; the same
 choice whatever order the trials ran in; and a verdict that names the closest and its miss."""
 
@@ -9,10 +9,10 @@ import random
 
 import pytest
 
-from inferpool.cli.tune_rank import DEFAULTS, NOISE, choose, miss, p99_noise
-from inferpool.cli.tune_report import format_table, verdict
-from inferpool.cli.tune_space import Knobs, Load
-from inferpool.cli.tune_trials import Trial
+from inferpool.cli.tune.rank import DEFAULTS, NOISE, choose, miss, p99_noise
+from inferpool.cli.tune.report import format_table, verdict
+from inferpool.cli.tune.space import Knobs, Load
+from inferpool.cli.tune.trials import Trial
 from inferpool.harness.load import Summary
 
 CLOSED = Load(p99_seconds=0.02, concurrency=64)

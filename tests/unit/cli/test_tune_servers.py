@@ -12,16 +12,16 @@ from types import SimpleNamespace
 
 import pytest
 
-import inferpool.cli.tune_budget
-import inferpool.cli.tune_confirm
-import inferpool.cli.tune_measure
-import inferpool.cli.tune_trials
-from inferpool.cli.tune_budget import EXIT_MARGIN, Budget
-from inferpool.cli.tune_confirm import OVERHEAD, ROUNDS, confirm, fitting_slice, reserve, shortest, slice_seconds
-from inferpool.cli.tune_progress import Progress
-from inferpool.cli.tune_rank import DEFAULTS
-from inferpool.cli.tune_space import Knobs, Load
-from inferpool.cli.tune_trials import Plan, Trial, Trials
+import inferpool.cli.tune.budget
+import inferpool.cli.tune.confirm
+import inferpool.cli.tune.measure
+import inferpool.cli.tune.trials
+from inferpool.cli.tune.budget import EXIT_MARGIN, Budget
+from inferpool.cli.tune.confirm import OVERHEAD, ROUNDS, confirm, fitting_slice, reserve, shortest, slice_seconds
+from inferpool.cli.tune.progress import Progress
+from inferpool.cli.tune.rank import DEFAULTS
+from inferpool.cli.tune.space import Knobs, Load
+from inferpool.cli.tune.trials import Plan, Trial, Trials
 from inferpool.config import load_settings
 from inferpool.harness.load import Summary, Window, Workload
 from inferpool.harness.payloads import json_request
@@ -41,7 +41,7 @@ class Clock:
 def clock(monkeypatch) -> Clock:
     """The budget's clock, advanced by hand."""
     fake = Clock()
-    monkeypatch.setattr(inferpool.cli.tune_budget, "time", SimpleNamespace(monotonic=fake))
+    monkeypatch.setattr(inferpool.cli.tune.budget, "time", SimpleNamespace(monotonic=fake))
     return fake
 
 
@@ -87,7 +87,7 @@ def test_the_chosen_trial_is_started_again_when_its_server_was_stopped(tmp_path,
         started.append(ready_timeout)
         yield SimpleNamespace(port=9999)
 
-    monkeypatch.setattr(inferpool.cli.tune_trials, "launch", launch)
+    monkeypatch.setattr(inferpool.cli.tune.trials, "launch", launch)
     trials, stopped = make_trials(tmp_path, Budget(90, start=clock.now)), list[str]()
     keep(trials, measured("#1", 3000, 30.0), stopped)
     keep(trials, measured("#2", 1000, 29.0), stopped)  # within #1's noise, less throughput: #1 stays
@@ -126,7 +126,7 @@ def test_the_confirmation_never_runs_past_the_budget(clock, monkeypatch, budget_
         slices.append(duration)
         return Window(start=0.0, latencies=[0.005] * 100, end=duration)
 
-    monkeypatch.setattr(inferpool.cli.tune_measure, "run_load", run_load)
+    monkeypatch.setattr(inferpool.cli.tune.measure, "run_load", run_load)
     budget = Budget(budget_seconds, start=clock.now - (budget_seconds - EXIT_MARGIN - left))
     assert budget.left() == pytest.approx(left)
     workload = Workload([json_request([0.0])], concurrency=4)

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from inferpool.engine import BACKENDS, InferenceModule, ModelLoadError, RuntimeOptions, ServedModel, load_model
-from inferpool.engine.backends.onnx_export import export_key, export_program, source_key
 from inferpool.engine.backends.onnxruntime import OnnxRuntime, load_session
+from inferpool.engine.backends.onnxruntime.export import export_key, export_program, source_key
 from inferpool.engine.threads import ThreadPlan
 from tests.support.backend_checks import check_digits, hide_package
 
@@ -153,7 +153,7 @@ def test_the_key_covers_the_weights(digits_module, tmp_path):
 
 
 def test_a_model_whose_source_cannot_be_read_is_keyed_by_its_exported_graph(digits_module, tmp_path, monkeypatch):
-    import inferpool.engine.backends.onnx_export as onnx_export
+    import inferpool.engine.backends.onnxruntime.export as onnx_export
 
     def unreadable(kind: type) -> str:
         raise OSError("could not get source code")  # as for a class defined in a REPL

@@ -5,7 +5,7 @@ latency objective: backend, processes, runtimes, intra-op threads, dispatch, bat
 queue delay. In four steps, never past ``--budget``:
 
 1. time the bare model call per backend, thread count and batch size here, once, and keep only
-   the settings those costs say can help (cli/tune_space.py has the rules), best predicted first;
+   the settings those costs say can help (cli/tune/space.py has the rules), best predicted first;
 2. run each on a real ``inferpool serve`` under the workload (closed loop at ``--concurrency``
    clients or open loop at ``--rate`` requests/s, of the model's example or of ``--requests``,
    a JSONL file of POST /predict bodies), stopping a trial early once it cannot win;
@@ -14,15 +14,15 @@ queue delay. In four steps, never past ``--budget``:
    interleaved rounds: the throughput ratio and whether the objective held; print every trial;
    write the winner's config (``--out``/tuned.toml, for ``inferpool serve --config``) only when
    the confirmation shows it ahead of the defaults beyond the measured noise, else say the
-   defaults are the answer (cli/tune_decide.py); trials.json and a Pareto plot of throughput
+   defaults are the answer (cli/tune/decide.py); trials.json and a Pareto plot of throughput
    against p99 either way.
 
-Trials and the confirmation measure alike (cli/tune_measure.py: same warm-up, the load generator
+Trials and the confirmation measure alike (cli/tune/measure.py: same warm-up, the load generator
 in the same place, off the servers' CPUs when there are 3 or more, its CPU time reported).
 
 Exit status 0 when the answer met the objective, 1 when no setting did (the closest, with how
 far it missed, is named, and written to closest.toml if the confirmation shows it ahead of the
-defaults: cli/tune_rank.py says how it is chosen), 2 for invalid arguments.
+defaults: cli/tune/rank.py says how it is chosen), 2 for invalid arguments.
 """
 
 from __future__ import annotations
@@ -36,17 +36,17 @@ import time
 from pathlib import Path
 
 from inferpool.cli.argv import config_argument, refuse, settings_from_argv
-from inferpool.cli.tune_budget import Budget, format_seconds, parse_duration
-from inferpool.cli.tune_confirm import Confirmation, confirm, reserve, shortest
-from inferpool.cli.tune_costs import CostMeter, Costs, batch_sizes, measure_costs
-from inferpool.cli.tune_decide import decide, met_objective
-from inferpool.cli.tune_measure import WARMUP, drift, pin_generator, placement
-from inferpool.cli.tune_precision import int8_trial
-from inferpool.cli.tune_progress import Progress
-from inferpool.cli.tune_rank import DEFAULTS
-from inferpool.cli.tune_report import Outcome, confirmation_lines, format_table, verdict, write_results
-from inferpool.cli.tune_space import Knobs, Load, build_space, calibrate, keep_backends, rerank
-from inferpool.cli.tune_trials import Plan, Trial, Trials
+from inferpool.cli.tune.budget import Budget, format_seconds, parse_duration
+from inferpool.cli.tune.confirm import Confirmation, confirm, reserve, shortest
+from inferpool.cli.tune.costs import CostMeter, Costs, batch_sizes, measure_costs
+from inferpool.cli.tune.decide import decide, met_objective
+from inferpool.cli.tune.measure import WARMUP, drift, pin_generator, placement
+from inferpool.cli.tune.precision import int8_trial
+from inferpool.cli.tune.progress import Progress
+from inferpool.cli.tune.rank import DEFAULTS
+from inferpool.cli.tune.report import Outcome, confirmation_lines, format_table, verdict, write_results
+from inferpool.cli.tune.space import Knobs, Load, build_space, calibrate, keep_backends, rerank
+from inferpool.cli.tune.trials import Plan, Trial, Trials
 from inferpool.config import Settings
 from inferpool.engine import EngineError
 from inferpool.engine.options import AUTO_CANDIDATES
@@ -172,7 +172,7 @@ def _search(trials: Trials, costs: Costs, settings: Settings, out: Path, progres
     served = defaults.knobs.resolved(defaults.served)
     space = build_space(costs, load, 1 + len(settings.models), settings.runtime.oversubscribe, served)
     space = rerank(space, costs, load, calibrate(served, costs, load, defaults.summary.throughput))
-    # Its throughput calibrated the model (inferpool.cli.tune_space.calibrate): no prediction of its own.
+    # Its throughput calibrated the model (inferpool.cli.tune.space.calibrate): no prediction of its own.
     progress.say(f"search: {len(space.candidates)} settings survive pruning, of a {space.grid}-point grid")
     for reason in space.reasons:
         progress.say(f"  {reason}")
@@ -186,7 +186,7 @@ def _search(trials: Trials, costs: Costs, settings: Settings, out: Path, progres
         if not trials.run(trial, f"trial {number}/{len(space.candidates)}"):
             not_run = len(space.candidates) - number + 1
             break
-    int8_trial(trials, len(space.candidates) + 1)  # with --accuracy-cosine: inferpool.cli.tune_precision
+    int8_trial(trials, len(space.candidates) + 1)  # with --accuracy-cosine: inferpool.cli.tune.precision
     # The same server, the same way: how far it drifted (its share of the reserve kept for it).
     fits = budget.left() - trials.again_seconds() >= shortest()
     end = trials.again(defaults, DEFAULTS_AGAIN) if fits else None

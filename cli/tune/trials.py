@@ -7,11 +7,11 @@ A trial stops early when (after MIN_SAMPLES answers and a quarter of its time):
 - once a trial has met the objective: more answers were slower than the objective than 1 % of
   all it will answer (x TAIL_MARGIN), so its p99 can no longer come under it, whatever the rest
   of the run does. While none has met, a trial that misses runs to its end: the closest is
-  ranked on whole trials (inferpool.cli.tune_rank), and a quarter of one is too noisy to rank on (the
+  ranked on whole trials (inferpool.cli.tune.rank), and a quarter of one is too noisy to rank on (the
   confirmation contradicted it: docs/BENCHMARKS.md, "inferpool tune (issue 20)");
 - in a closed loop, its throughput so far, even WIN_MARGIN higher, is below the best trial's
   that met the objective.
-The servers of the defaults and of the trial chosen so far (inferpool.cli.tune_rank) stay up (idle) for
+The servers of the defaults and of the trial chosen so far (inferpool.cli.tune.rank) stay up (idle) for
 the confirmation run; when the choice moves back to a trial whose server was stopped (among
 trials that missed, a new lowest p99 can make an earlier one the closest), ``serve`` starts
 it again, within the budget.
@@ -29,13 +29,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from inferpool.cli.tune_budget import Budget
-from inferpool.cli.tune_config import write_config
-from inferpool.cli.tune_confirm import OVERHEAD, slice_seconds
-from inferpool.cli.tune_measure import SHARED, Placement, measure, slices
-from inferpool.cli.tune_progress import Progress
-from inferpool.cli.tune_rank import DEFAULTS, Choice, choose, p99_noise
-from inferpool.cli.tune_space import Knobs, Load
+from inferpool.cli.tune.budget import Budget
+from inferpool.cli.tune.config import write_config
+from inferpool.cli.tune.confirm import OVERHEAD, slice_seconds
+from inferpool.cli.tune.measure import SHARED, Placement, measure, slices
+from inferpool.cli.tune.progress import Progress
+from inferpool.cli.tune.rank import DEFAULTS, Choice, choose, p99_noise
+from inferpool.cli.tune.space import Knobs, Load
 from inferpool.config import Settings
 from inferpool.harness.load import Summary, Window, Workload
 from inferpool.harness.server import Command, inferpool_serve, launch
@@ -60,11 +60,11 @@ class Trial:
     summary: Summary | None = None
     startup_seconds: float | None = None
     p99_noise_ms: float | None = None
-    """Half the spread of the p99s of consecutive parts of its answers (inferpool.cli.tune_rank)."""
+    """Half the spread of the p99s of consecutive parts of its answers (inferpool.cli.tune.rank)."""
     served: dict[str, Any] = field(default_factory=dict)
     """What the server says it runs (GET /v2/models/{name}/config): ``auto``'s choices."""
     generator_cpus: float | None = None
-    """The load generator's CPU share while measuring (inferpool.cli.tune_measure)."""
+    """The load generator's CPU share while measuring (inferpool.cli.tune.measure)."""
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ class Plan:
     seconds: float
     placement: Placement = SHARED
     accuracy_cosine: float | None = None
-    """``--accuracy-cosine``: search int8 too, at this gate (inferpool.cli.tune_precision)."""
+    """``--accuracy-cosine``: search int8 too, at this gate (inferpool.cli.tune.precision)."""
 
 
 class Trials:
@@ -110,7 +110,7 @@ class Trials:
 
     @property
     def slice(self) -> float:
-        """A trial's slice: the confirmation's own (inferpool.cli.tune_measure says why)."""
+        """A trial's slice: the confirmation's own (inferpool.cli.tune.measure says why)."""
         return slice_seconds(self.budget.seconds)
 
     def measuring(self, seconds: float) -> float:

@@ -1,7 +1,7 @@
 """``inferpool tune``'s last step: the winner against the defaults, both servers up, in interleaved
 rounds (defaults-tuned, tuned-defaults, ...) so that a noisy neighbour slows both alike; the
 ratio of their throughputs and whether the objective held for each, on the same clock. Each
-slice is measured as a trial is (inferpool.cli.tune_measure: same warm-up, same generator
+slice is measured as a trial is (inferpool.cli.tune.measure: same warm-up, same generator
 placement), and each round's own ratio is kept. A slice right after the other server's runs
 slower than one after its own (measured: rounds of 0.95, 1.90, 1.04, 1.95 for the MLP, where
 the order alternates), so the noise is taken from pairs of rounds, defaults-tuned then
@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from inferpool.cli.tune_budget import Budget
-from inferpool.cli.tune_measure import WARMUP, combined, measure
-from inferpool.cli.tune_progress import Progress
-from inferpool.cli.tune_space import Load
+from inferpool.cli.tune.budget import Budget
+from inferpool.cli.tune.measure import WARMUP, combined, measure
+from inferpool.cli.tune.progress import Progress
+from inferpool.cli.tune.space import Load
 from inferpool.harness.load import Summary, Window, Workload
 
 ROUNDS = 4
@@ -61,7 +61,7 @@ class Confirmation:
     pair_ratios: list[float] = field(default_factory=list)
     """Each pair of rounds' ratio (one of each order)."""
     generator_cpus: float = 0.0
-    """The load generator's CPU share, the mean over the slices (inferpool.cli.tune_measure)."""
+    """The load generator's CPU share, the mean over the slices (inferpool.cli.tune.measure)."""
 
     @property
     def noise(self) -> float:

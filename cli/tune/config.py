@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from inferpool.cli.tune_space import Knobs
+from inferpool.cli.tune.space import Knobs
 from inferpool.config import Settings
 
 NEVER_WRITTEN = {"api_key"}

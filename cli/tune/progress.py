@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
-from inferpool.cli.tune_budget import Budget, format_seconds
+from inferpool.cli.tune.budget import Budget, format_seconds
 
 WIDTH = 24
 

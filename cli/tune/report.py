@@ -10,14 +10,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from inferpool.cli.tune_config import write_config
-from inferpool.cli.tune_confirm import Confirmation
-from inferpool.cli.tune_costs import Costs
-from inferpool.cli.tune_decide import AGREEMENT, Decision, agreement
-from inferpool.cli.tune_measure import HUNGRY
-from inferpool.cli.tune_rank import DEFAULTS, Choice, describe_miss, miss
-from inferpool.cli.tune_space import Knobs, Load
-from inferpool.cli.tune_trials import Trial, Trials
+from inferpool.cli.tune.config import write_config
+from inferpool.cli.tune.confirm import Confirmation
+from inferpool.cli.tune.costs import Costs
+from inferpool.cli.tune.decide import AGREEMENT, Decision, agreement
+from inferpool.cli.tune.measure import HUNGRY
+from inferpool.cli.tune.rank import DEFAULTS, Choice, describe_miss, miss
+from inferpool.cli.tune.space import Knobs, Load
+from inferpool.cli.tune.trials import Trial, Trials
 from inferpool.config import Settings
 from inferpool.harness.load import Summary
 
@@ -28,7 +28,7 @@ COLUMNS = (
 
 
 def format_table(trials: Sequence[Trial], choice: Choice[Trial] | None = None) -> str:
-    """One row a trial; ``±`` is its p99's noise (inferpool.cli.tune_rank.p99_noise); the chosen one is
+    """One row a trial; ``±`` is its p99's noise (inferpool.cli.tune.rank.p99_noise); the chosen one is
     marked winner, or closest when none met the objective."""
     mark = "" if choice is None else "  <- winner" if choice.met else "  <- closest"
     return "\n".join([COLUMNS, *(_row(t) + (mark if choice and t is choice.chosen else "") for t in trials)])
@@ -227,11 +227,11 @@ def write_results(
         "trials": [asdict(t) for t in trials.done],
         "defaults_again": None if outcome.again is None else asdict(outcome.again),
         "drift": outcome.drift,
-        "winner": None if chosen is None else chosen.name,  # the trials' (inferpool.cli.tune_rank)
+        "winner": None if chosen is None else chosen.name,  # the trials' (inferpool.cli.tune.rank)
         "closest": None if chosen is not None or best is None else best.name,
         "closest_miss": None
         if chosen is not None or best is None or best.summary is None
-        else round(miss(best.summary, load), 3),  # p99 over the objective's (inferpool.cli.tune_rank.miss)
+        else round(miss(best.summary, load), 3),  # p99 over the objective's (inferpool.cli.tune.rank.miss)
         "confirmation": None if outcome.confirmation is None else asdict(outcome.confirmation),
         "answer": decision.answer,
         "confirmed": decision.confirmed,

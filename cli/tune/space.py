@@ -1,4 +1,4 @@
-"""The search space of ``inferpool tune``, pruned by the measured costs (inferpool.cli.tune_costs) instead
+"""The search space of ``inferpool tune``, pruned by the measured costs (inferpool.cli.tune.costs) instead
 of walked as a grid, and ordered by a simple throughput model so that the budget goes to the
 settings likeliest to win first.
 
@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from inferpool.cli.tune_costs import Costs
+from inferpool.cli.tune.costs import Costs
 from inferpool.engine.dispatch_choice import HELD_SHARE, LONG_CALL_US
 from inferpool.engine.options import RuntimeOptions
 from inferpool.harness.load import Summary

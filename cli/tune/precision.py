@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from inferpool.cli.tune_trials import Trial, Trials
+from inferpool.cli.tune.trials import Trial, Trials
 
 INT8_BACKENDS = ("onnxruntime", "openvino")
 

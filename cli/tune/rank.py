@@ -26,7 +26,7 @@ from typing import Generic, Protocol, TypeVar
 
 import numpy as np
 
-from inferpool.cli.tune_space import KEEP_UP, Load
+from inferpool.cli.tune.space import KEEP_UP, Load
 from inferpool.harness.load import Summary
 
 DEFAULTS = "defaults"  # the name of the trial of the settings as given, untuned
@@ -60,7 +60,7 @@ def miss(summary: Summary, load: Load) -> float:
 
 
 class Ranked(Protocol):
-    """What ranking needs of a trial (inferpool.cli.tune_trials.Trial)."""
+    """What ranking needs of a trial (inferpool.cli.tune.trials.Trial)."""
 
     name: str
     met: bool

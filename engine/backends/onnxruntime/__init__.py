@@ -3,7 +3,7 @@
 ``compile`` builds the session once per model (the AOTInductor/Static Runtime split): ORT's
 ``Run`` is thread-safe and releases the GIL, and each extra session would hold its own copy of
 the weights. A runtime keeps only its RunOptions. The export itself is
-cached on disk (inferpool.engine.backends.onnx_export): a restart builds the session from the file.
+cached on disk (inferpool.engine.backends.onnxruntime.export): a restart builds the session from the file.
 
 Weights once: when onnxruntime alone serves the model (``backend = "onnxruntime"``, or ``auto``
 chose it: ``release_weights``), the torch module's weights are moved into a mapped file
@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from inferpool.engine.backends.base import Runtime
-from inferpool.engine.backends.onnx_export import (
+from inferpool.engine.backends.onnxruntime.export import (
     KEY_METADATA,
     OnnxExport,
     Progress,

@@ -4,8 +4,8 @@ defaults are the answer, and no config file is written for a setting that may be
 
 The bar is the largest of: NOISE (a short trial's noise on a shared machine), the defaults'
 drift (the same server measured at the start and the end of the search, the same way:
-inferpool.cli.tune_measure.drift) and the confirmation's own noise (half the spread of the
-ratios of its pairs of rounds: inferpool.cli.tune_confirm). A setting whose trial met the
+inferpool.cli.tune.measure.drift) and the confirmation's own noise (half the spread of the
+ratios of its pairs of rounds: inferpool.cli.tune.confirm). A setting whose trial met the
 objective must also hold it in the confirmation wherever the defaults did.
 """
 
@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from inferpool.cli.tune_confirm import Confirmation
-from inferpool.cli.tune_rank import DEFAULTS, NOISE, Choice
-from inferpool.cli.tune_trials import Trial
+from inferpool.cli.tune.confirm import Confirmation
+from inferpool.cli.tune.rank import DEFAULTS, NOISE, Choice
+from inferpool.cli.tune.trials import Trial
 
 AGREEMENT = 0.15
 """A trial and the confirmation of the same server further apart than this (throughput) are
