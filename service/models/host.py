@@ -59,7 +59,9 @@ class ModelHost:
         self.generation = 0
         """How many times the supervisor changed the model set: a forked process serves the set
         of the generation it was forked at, and readiness per version compares them."""
-        self._plan_of: dict[int, ModelPlan] = {}  # id(model): a process's models never change
+        self._plan_of: dict[EngineClient, ModelPlan] = {}
+        """Each served model's plan (its version, labels), keyed by the model itself: it holds the
+        model, so a key can never be a dropped model's reused id()."""
         self.default: EngineClient | None = None
         self.error: str | None = None
         self.draining = False  # set on SIGTERM: new requests are refused, accepted ones finish
@@ -130,12 +132,12 @@ class ModelHost:
         return found
 
     def version_of(self, model: EngineClient) -> str:
-        plan = self._plan_of.get(id(model))
+        plan = self._plan_of.get(model)
         return STATIC_VERSION if plan is None else plan.version
 
     def version_label(self, model: EngineClient) -> str:
         """``model``'s version as metrics and logs label it (ModelPlan.version_label)."""
-        plan = self._plan_of.get(id(model))
+        plan = self._plan_of.get(model)
         return "" if plan is None else plan.version_label
 
     def ready(self, model: EngineClient) -> bool:
@@ -150,7 +152,7 @@ class ModelHost:
 
     def served(self) -> list[tuple[EngineClient, ModelPlan]]:
         """Each name's latest version with its plan, in the order they were planned."""
-        return [(model, self._plan_of[id(model)]) for model in self.models.values()]
+        return [(model, self._plan_of[model]) for model in self.models.values()]
 
     def replan(self, wanted: list[ModelPlan]) -> list[ServedModel]:
         """In the supervisor: make the loaded set ``wanted``, loading (and warming) what is new
@@ -235,7 +237,7 @@ class ModelHost:
 
     def _index(self, loaded: dict[Key, ServedModel]) -> None:
         """By name and version, and each name's latest version (the highest number)."""
-        self._plan_of = {id(model): self._plans[key] for key, model in loaded.items()}
+        self._plan_of = {model: self._plans[key] for key, model in loaded.items()}
         for (_, version), model in loaded.items():
             self.versions.setdefault(model.name, {})[version] = model
         self.models = {name: by[max(by, key=int)] for name, by in self.versions.items()}
