@@ -55,7 +55,7 @@ def _aoti(source: str, options: RuntimeOptions, progress: Progress) -> None:
 
 
 def _onnx(source: str, options: RuntimeOptions, progress: Progress) -> None:
-    from inferpool.engine.backends.onnxruntime import compile_model
+    from inferpool.engine.backends.onnxruntime.runtime import compile_model
 
     exported = compile_model(source, options, progress)
     how = "from the cache" if exported.export_seconds is None else "exported now"

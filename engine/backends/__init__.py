@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 BACKEND_PATHS = {
     "eager": "inferpool.engine.backends.eager:EagerRuntime",
-    "onnxruntime": "inferpool.engine.backends.onnxruntime:OnnxRuntime",
+    "onnxruntime": "inferpool.engine.backends.onnxruntime.runtime:OnnxRuntime",
     "openvino": "inferpool.engine.backends.openvino:OpenVinoRuntime",
     "torchscript": "inferpool.engine.backends.torchscript:TorchScriptRuntime",
     "aoti": "inferpool.engine.backends.aoti:AotiRuntime",

@@ -8,7 +8,7 @@ and out, the reference digits CNN through onnxruntime called inline on one intra
 ``--workers`` processes (uvicorn's own; 2 by default, as InferPool's no-flag server on two
 cores). The ONNX file is InferPool's own export of ``inferpool.engine.zoo.digits:build`` (same
 weights, same exporter, from the export cache: the parent exports it once if it is not there)
-and the session has the serving options of ``engine/backends/onnxruntime/__init__.py``, so the model call
+and the session has the serving options of ``engine/backends/onnxruntime/runtime.py``, so the model call
 is the one InferPool's no-flag path makes. The workers import neither torch nor InferPool: they
 read the file named by ``INFERPOOL_BARE_ONNX``. Same request and response JSON as ``/predict``
 for one sample or a batch; any GET answers 200 (the launcher's readiness probe). Nothing else:
@@ -34,7 +34,7 @@ SAMPLE_NDIM = 3  # one [1, 8, 8] image; a batch has four dimensions
 
 
 def session(path: str) -> ort.InferenceSession:
-    """As ``session_options`` in engine/backends/onnxruntime/__init__.py builds it for one intra-op thread."""
+    """As ``session_options`` in engine/backends/onnxruntime/runtime.py builds it for one intra-op thread."""
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
     so.inter_op_num_threads = 1
@@ -86,7 +86,7 @@ def __getattr__(name: str) -> Any:
 
 def export() -> str:
     """The path of InferPool's cached ONNX export of the digits CNN (exported now if absent)."""
-    from inferpool.engine.backends.onnxruntime import compile_model
+    from inferpool.engine.backends.onnxruntime.runtime import compile_model
     from inferpool.engine.options import RuntimeOptions
 
     exported = compile_model(MODEL, RuntimeOptions(backend="onnxruntime"), progress=lambda _: None)

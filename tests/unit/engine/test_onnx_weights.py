@@ -14,11 +14,11 @@ import pytest
 import torch
 
 import inferpool.engine.backends.autoselect as autoselect
-import inferpool.engine.backends.onnxruntime as onnxruntime_backend
+import inferpool.engine.backends.onnxruntime.runtime as onnxruntime_backend
 from inferpool.engine import InferenceModule, RuntimeOptions
 from inferpool.engine.backends.eager import EagerRuntime
-from inferpool.engine.backends.onnxruntime import OnnxRuntime, checked, load_session
 from inferpool.engine.backends.onnxruntime.export import WEIGHTS_SUFFIX, source_key
+from inferpool.engine.backends.onnxruntime.runtime import OnnxRuntime, checked, load_session
 from inferpool.engine.backends.weights import map_weights
 from inferpool.engine.errors import ModelFailed
 from inferpool.engine.served import ServedModel
