@@ -20,12 +20,19 @@ from inferpool.engine.handlers import Handler, TextEmbedding, TokenIds
 from inferpool.engine.requests import Prediction, request_id
 from inferpool.engine.schema import Array, Schema, TensorSpec
 
+NOT_BLANK = r"[^\t-\r\u001c-\u0020\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
+"""The JSON-Schema pattern of a text that is not blank as the handlers judge it (Python's
+``str.strip``): one character outside Python's whitespace. Not ``\\S``, whose meaning differs
+between regex dialects: a validator in ECMAScript's counts U+001C-U+001F as non-blank, which
+Python strips (schemathesis sent "\\u001d", the spec said valid, the server said empty)."""
+
 MIN_FLOOR_MS = 1
 """No deadline under 1 ms is met by any model here (decoding a request alone takes tens of µs);
 each model's ``deadline_floor_ms`` is at least this (inferpool.engine.deadline_floor)."""
 
 __all__ = [
     "MIN_FLOOR_MS",
+    "NOT_BLANK",
     "Array",
     "EngineClient",
     "Handler",

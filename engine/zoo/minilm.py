@@ -22,6 +22,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from inferpool.engine.client import NOT_BLANK
 from inferpool.engine.errors import InvalidInput, ModelLoadError
 from inferpool.engine.handlers import Handler, TextEmbedding, TokenIds
 from inferpool.engine.schema import Array
@@ -168,7 +169,7 @@ class _Context(NamedTuple):
     tokens: Array
 
 
-_TEXT: dict[str, Any] = {"type": "string", "pattern": r"\S", "description": "Text to embed (not blank)."}
+_TEXT: dict[str, Any] = {"type": "string", "pattern": NOT_BLANK, "description": "Text to embed (not blank)."}
 _TEXTS: dict[str, Any] = {"oneOf": [_TEXT, {"type": "array", "minItems": 1, "items": _TEXT}]}
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from inferpool.engine.client import TextEmbedding
+from inferpool.engine.client import NOT_BLANK, TextEmbedding
 from inferpool.service.http.openai_codec import ENCODINGS
 from inferpool.service.http.openapi_schemas import Served
 
@@ -40,7 +40,7 @@ def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
-_TEXT: dict[str, Any] = {"type": "string", "pattern": r"\S", "description": "A text to embed (not blank)."}
+_TEXT: dict[str, Any] = {"type": "string", "pattern": NOT_BLANK, "description": "A text to embed (not blank)."}
 _NULLABLE_STRING: dict[str, Any] = {"type": ["string", "null"]}
 EMBEDDINGS_REQUEST_SCHEMA: dict[str, Any] = {
     "type": "object",

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from inferpool.engine.client import Handler, Schema, TensorSpec
+from inferpool.engine.client import NOT_BLANK, Handler, Schema, TensorSpec
 from inferpool.service.v2.codec import VERSION, metadata
 from inferpool.service.v2.datatypes import DATATYPES, MIN_TIMEOUT_US
 
@@ -20,7 +20,7 @@ LISTED_BATCHES = 32  # the most v2 batch sizes the spec lists one by one (the mo
 _JSON_INT_MAX = 2**64 - 1
 # A v2 BYTES input exists only for a model whose handler takes text, and those refuse blank
 # text (engine/handlers.py), hence the pattern.
-_V2_TEXT: dict[str, Any] = {"type": "string", "pattern": r"\S"}
+_V2_TEXT: dict[str, Any] = {"type": "string", "pattern": NOT_BLANK}
 
 
 @dataclass(frozen=True)
