@@ -25,7 +25,7 @@ from inferpool.engine.client import MIN_FLOOR_MS
 if TYPE_CHECKING:  # the lane's module imports the backends, which import the options, which import the pipeline
     from inferpool.engine.wide import WideChoice
 
-__all__ = ["MIN_FLOOR_MS", "PATH_SECONDS", "DeadlineFloor", "floor_ms"]
+__all__ = ["MIN_FLOOR_MS", "PATH_SECONDS", "DeadlineFloor"]
 
 PATH_SECONDS = 0.0002
 """The path around one call (admission, hand-off, validation, the answer's arrays): 0.1-0.2 ms
@@ -66,8 +66,3 @@ class DeadlineFloor:
     def ms(self, samples: int = 1) -> int:
         # round() first: 7.0000000001 ms of float noise is 7, not 8.
         return max(MIN_FLOOR_MS, math.ceil(round(self.seconds(samples) * 1e3, 6)))
-
-
-def floor_ms(call_seconds: Iterable[float], wide: WideChoice | None = None) -> int:
-    """The one-sample floor in whole ms (DeadlineFloor.measured(...).ms())."""
-    return DeadlineFloor.measured(call_seconds, wide=wide).ms()

@@ -149,8 +149,9 @@ class FrontDoor:
         model = served.model
         when = deadline(timeout, self.timeout_ms, timeout_ms, floor_ms=model.deadline_floor_ms)
         field = "parameter 'timeout'" if timeout_ms is not None else "X-Request-Timeout-Ms" if timeout else None
-        if remaining is not None and (when is None or time.monotonic() + remaining < when):
-            when, field = time.monotonic() + remaining, None  # a gRPC channel's own deadline
+        channel = None if remaining is None else time.monotonic() + remaining
+        if channel is not None and (when is None or channel < when):
+            when, field = channel, None  # a gRPC channel's own deadline
         try:
             prediction = await model.infer(inputs, when, rid)
         except DeadlineBelowFloor as exc:  # a request of more samples than one: its floor, once counted

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from inferpool.engine.deadline_floor import PATH_SECONDS, DeadlineFloor, floor_ms
+from inferpool.engine.deadline_floor import PATH_SECONDS, DeadlineFloor
 from inferpool.engine.wide import WideChoice
 from inferpool.service.apierror import ApiError
 from inferpool.service.timing import at_least_pattern, deadline
@@ -56,6 +56,10 @@ def test_the_pattern_takes_exactly_the_integers_from_the_floor(floor):
     assert pattern.fullmatch("9" * 19)
     for refused in ("0" + str(floor), "+" + str(floor), "1" + "0" * 19, "", f"{floor}.0"):
         assert not pattern.fullmatch(refused), refused
+
+
+def floor_ms(call_seconds: list[float], wide: WideChoice | None = None) -> int:
+    return DeadlineFloor.measured(call_seconds, wide=wide).ms()
 
 
 def test_the_floor_is_the_fastest_call_rounded_up_to_whole_ms():
