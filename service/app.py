@@ -21,6 +21,7 @@ from inferpool.service.http.fastpath import InferPoolApp
 from inferpool.service.http.middleware import RequestContext
 from inferpool.service.http.openapi import model_aware_openapi
 from inferpool.service.http.routes import health, openai, predict, repository, v2
+from inferpool.service.processes.supervisor_channel import announce_after
 from inferpool.service.telemetry.metrics import Metrics
 from inferpool.service.telemetry.observe import Observer
 
@@ -75,6 +76,9 @@ def create_app(settings: Settings, host: ModelHost | None = None) -> FastAPI:
         sys.setswitchinterval(settings.switch_interval)
         if not supervised:  # the supervisor logged it once for all its processes
             log.info("effective config: %s", settings.model_dump_json())
+        listening = None
+        if settings.grpc_port and host.announce is not None:
+            listening = host.announce = announce_after(host.announce, 2)
         host.start()  # loads (or starts) and warms in the background; /health/ready says when done
         if observer is not None:  # here, not in create_app: its threads must be this process's
             observer.start()
@@ -84,6 +88,8 @@ def create_app(settings: Settings, host: ModelHost | None = None) -> FastAPI:
             control = getattr(app.state, "control", None)
             grpc = front_end(settings, door, version, control, observer)
             await grpc.start()
+            if listening is not None:
+                listening()
         try:
             yield
         finally:

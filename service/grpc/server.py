@@ -67,7 +67,8 @@ def front_end(
     servicer = Servicer(door, version=version, auth=auth, control=control, observer=observer)
     server = GRPC_SERVERS[grpc_server_for(settings.grpc_server, settings.model_control_mode)]
     front = server(servicer, door.host, address(settings.host, settings.grpc_port), settings.max_body_bytes)
-    servicer.retired = partial(front.retire, settings.drain_seconds)
+    if control is not None:  # a repository's process: a model change replaces it
+        control.retire_hooks.append(partial(front.retire, settings.drain_seconds))
     return front
 
 

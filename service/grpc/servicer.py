@@ -57,6 +57,7 @@ UNAUTHENTICATED = ErrorAnswer(
 )
 # The REST twins of the methods that can be exempt from the API key: a method is exempt when
 # its twin is (auth_exempt). The standard health service never asks for it: probes carry no secret.
+GOAWAY_SECONDS = 0.05
 # The repository methods have no twin here: they need the key whenever one is set, as REST's do.
 REST_TWIN = {"ServerLive": "/v2/health/live", "ServerReady": "/v2/health/ready"}
 
@@ -74,8 +75,6 @@ class Servicer:
         self.auth = auth
         self.observer = observer
         self.repository = Repository(control)
-        self.retired: Callable[[], None] = lambda: None
-        """Called when a call ends in a process that a newer one replaces (set by the front end)."""
         self._ids = request_ids(itertools.count(), tag="g")  # "g": HTTP's ids count on their own serial
 
     def methods(self) -> dict[str, Served]:
@@ -154,13 +153,13 @@ class Servicer:
                 if self.observer is not None:
                     metadata = context.invocation_metadata() or ()
                     self.observer.rpc(name, code, metadata, started, ended, _inference.get(), request, response)
-                # Closing without a drain: retired (service/processes/retiring_server.py), which the supervisor says
-                # before it answers a load or unload this process asked. HTTP answers then say
-                # Connection: close; gRPC's counterpart is to stop taking calls (GOAWAY), so that
-                # the caller's next call goes to a process that serves the new set.
                 if self.activity.closing and not self.host.draining:
-                    self.retired()
-                    await asyncio.sleep(0)  # the stop sends its GOAWAY before this call's answer
+                    # Retired (service/processes/retiring_server.py): the front end's stop has
+                    # begun sending GOAWAY, from gRPC's own threads. This answer waits for it: a
+                    # client that reads its answer first sends its next call on this connection,
+                    # which the stop then closes with that call unread (a reset, and the GOAWAY
+                    # lost with it) instead of moving the call to a process serving the new set.
+                    await asyncio.sleep(GOAWAY_SECONDS)
 
         return handle
 

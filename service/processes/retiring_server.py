@@ -39,7 +39,8 @@ class RetiringServer(DrainingServer):
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
-        self.control.start(self.retire)
+        self.control.retire_hooks.insert(0, self.retire)
+        self.control.start()
 
     def retire(self) -> None:
         """Stop accepting at once (called on the loop, before the answer to this process's own

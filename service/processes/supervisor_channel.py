@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -45,6 +46,24 @@ def receive(sock: socket.socket) -> Message | None:
     return orjson.loads(data) if data else None
 
 
+def announce_after(announce: Callable[[], None], parts: int) -> Callable[[], None]:
+    """``announce`` once the returned callable has been called ``parts`` times, from any threads:
+    a process is ready only once its models have started (the loader thread) and its gRPC front
+    end listens (the loop); said before that, a model change retires the old process while the
+    new one takes no gRPC connection yet, and a client reconnecting then meets a closing one."""
+    left = [parts]
+    lock = threading.Lock()
+
+    def arrive() -> None:
+        with lock:
+            left[0] -= 1
+            done = left[0] == 0
+        if done:
+            announce()
+
+    return arrive
+
+
 class Control:
     """The serving process's end: asks the supervisor, one call at a time."""
 
@@ -55,16 +74,20 @@ class Control:
         self._waiting: asyncio.Future[Message] | None = None
         self._lock: asyncio.Lock | None = None
         self._reader: asyncio.Task[None] | None = None
+        self.retire_hooks: list[Callable[[], None]] = []
+        """Called, in order, when the supervisor says this process is replaced: the HTTP server
+        stops accepting and the gRPC front end stops taking calls, both before the answer to a
+        call this process asked is delivered."""
 
     def announce(self) -> None:
         """Every model has started (called on the host's loader thread)."""
         send(self.sock, {"op": "ready"})
 
-    def start(self, on_retire: Callable[[], None]) -> None:
+    def start(self) -> None:
         """Read the supervisor's messages on the running loop from now on."""
         self.sock.setblocking(False)
         self._lock = asyncio.Lock()
-        self._reader = asyncio.get_running_loop().create_task(self._read(on_retire))
+        self._reader = asyncio.get_running_loop().create_task(self._read())
 
     async def ask(self, request: Message) -> Message:
         """The supervisor's answer to ``request`` (a load waits until every process serves it)."""
@@ -74,7 +97,7 @@ class Control:
             await asyncio.get_running_loop().sock_sendall(self.sock, orjson.dumps(request))
             return await self._waiting
 
-    async def _read(self, on_retire: Callable[[], None]) -> None:
+    async def _read(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
             try:
@@ -87,7 +110,8 @@ class Control:
                 return
             message = orjson.loads(data)
             if message.get("op") == "retire":
-                on_retire()
+                for retire in self.retire_hooks:
+                    retire()
             elif self._waiting is not None and not self._waiting.done():
                 self._waiting.set_result(message)
             else:

@@ -59,7 +59,7 @@ def _calls(mode: str, answers: list[dict[str, Any]], *requests: Any) -> tuple[li
 
     async def run() -> list[Any]:
         channel = supervisor_channel.Control(theirs, mode)
-        channel.start(lambda: None)
+        channel.start()
         repository, results = Repository(channel), []
         for name, request in requests:
             try:
