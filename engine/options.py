@@ -20,8 +20,12 @@ AUTO_CANDIDATES = ("eager", "static", "onnxruntime")
 """``auto``'s candidates when ``auto_backends`` is (): the ones that compile in about a second
 or less. aoti (tens of seconds on a first compile) and torchscript (deprecated upstream, warns)
 are timed only when listed."""
-PRECISIONS = ("fp32", "int8")
+PRECISIONS = ("fp32", "int8", "bf16")
 INT8_BACKENDS = ("onnxruntime", "openvino")
+BF16_BACKENDS = ("openvino",)
+"""Backends that run a model in bfloat16: OpenVINO's CPU plugin, where the CPU has the
+instructions (AMX, AVX-512 BF16). onnxruntime's CPU kernels have no bf16 MatMul to gain from."""
+REDUCED_BACKENDS = {"int8": INT8_BACKENDS, "bf16": BF16_BACKENDS}
 INT8_METHODS = ("dynamic", "static")
 """The quantizers of inferpool.engine.backends.quantize.QUANTIZERS, by name."""
 REMOVED = {
@@ -188,13 +192,14 @@ class RuntimeOptions:
     ``backend`` is ``auto``."""
 
     precision: str = "fp32"
-    """``fp32``, or ``int8`` (backends ``onnxruntime`` and ``openvino``, named, not ``auto``): the
-    model's ONNX export quantized (``int8_methods``) and served only if it passes an accuracy gate
-    against fp32 on held-out inputs (``accuracy_min_cosine``, ``accuracy_min_agreement``,
-    ``accuracy_inputs``) and measures faster than fp32 at start-up. One that fails is served in
-    fp32 with a warning naming the measured figures, or refused with ``precision_strict``. The
-    gate's figures are served at ``/v2/models/{name}/config`` and cached with the quantized file
-    (engine/backends/precision.py)."""
+    """``fp32``; ``int8`` (backends ``onnxruntime`` and ``openvino``, named, not ``auto``): the
+    model's ONNX export quantized (``int8_methods``); or ``bf16`` (backend ``openvino``): the
+    export compiled to run in bfloat16 where the CPU has the instructions. Either is served only
+    if it passes an accuracy gate against fp32 on held-out inputs (``accuracy_min_cosine``,
+    ``accuracy_min_agreement``, ``accuracy_inputs``) and measures faster than fp32 at start-up. One
+    that fails is served in fp32 with a warning naming the measured figures, or refused with
+    ``precision_strict``. The gate's figures are served at ``/v2/models/{name}/config`` and cached
+    with the quantized file (int8) or for the process tree (bf16) (engine/backends/precision.py)."""
 
     int8_methods: tuple[str, ...] = ()
     """``precision = "int8"``: the quantizers to try, of ``dynamic`` (MatMul/Gemm, no calibration)
@@ -204,8 +209,8 @@ class RuntimeOptions:
     whenever one passes."""
 
     precision_strict: bool = False
-    """``precision = "int8"``: refuse to start when int8 fails the gate, instead of serving fp32;
-    and serve int8 that passes even where fp32 measures faster."""
+    """``precision`` int8 or bf16: refuse to start when it fails the gate, instead of serving fp32;
+    and serve it when it passes even where fp32 measures faster."""
 
     accuracy_min_cosine: float = 0.99
     """The int8 gate: the least cosine similarity between an int8 output item (a row of a batched
@@ -267,9 +272,10 @@ class RuntimeOptions:
                 f"use names from {sorted(BACKENDS)}, each once, or () for {list(AUTO_CANDIDATES)}",
             )
         checks["precision"] = (
-            self.precision in PRECISIONS and (self.precision == "fp32" or self.backend in INT8_BACKENDS),
-            f"use one of {list(PRECISIONS)}; int8 needs backend {' or '.join(map(repr, INT8_BACKENDS))}, named "
-            "(auto compares backends with eager at each one's float tolerance, which int8 is not within)",
+            self.precision in PRECISIONS and self.backend in REDUCED_BACKENDS.get(self.precision, (self.backend,)),
+            f"use one of {list(PRECISIONS)}; int8 needs backend {' or '.join(map(repr, INT8_BACKENDS))}, named, "
+            f"and bf16 needs {' or '.join(map(repr, BF16_BACKENDS))} (auto compares backends with eager at each one's "
+            "float tolerance, which reduced precision is not within)",
         )
         checks["accuracy_min_cosine"] = (-1 <= self.accuracy_min_cosine <= 1, "use a cosine between -1 and 1")
         checks["accuracy_min_agreement"] = (0 <= self.accuracy_min_agreement <= 1, "use a share between 0 and 1")

@@ -46,18 +46,29 @@ class Workload:
     handler: str | None = None
     peer: str | None = None
     """``loadtest.peers.fastapi_models``' workload serving the same requests (None: digits' own peers)."""
+    engine: tuple[tuple[str, Any], ...] = (("backend", "onnxruntime"),)
+    """The RuntimeOptions the defaults serve it with (the bare engine's limit runs the same)."""
+    others: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """Further InferPool variants worth a row: (name, extra flags)."""
 
     def payload(self) -> Payload:
         return PAYLOADS[self.payload_name]()
 
 
+MINILM_ENGINE = (("backend", "openvino"), ("precision", "bf16"), ("accuracy_min_cosine", 0.999))
+"""config/minilm.toml's engine settings."""
+MINILM_OTHERS = (("InferPool onnxruntime fp32", ("--runtime.backend", "onnxruntime", "--runtime.precision", "fp32")),)
+"""The previous minilm.toml (fp32 on onnxruntime), beside the shipped one."""
+
 WORKLOADS = {
     "resnet50": Workload(("--model", "loadtest.resnet:build"), "resnet50-v2-binary", (1, 4, 16), 1,
                          "loadtest.resnet:build", peer="resnet50"),
     "minilm16": Workload(("--config", MINILM), "minilm16-json", (1, 4), 16, "inferpool.engine.zoo.minilm:build",
-                         "inferpool.engine.zoo.minilm:MiniLMHandler", peer="minilm"),
+                         "inferpool.engine.zoo.minilm:MiniLMHandler", peer="minilm", engine=MINILM_ENGINE,
+                         others=MINILM_OTHERS),
     "minilm1": Workload(("--config", MINILM), "minilm-json", (1, 8, 32), 1, "inferpool.engine.zoo.minilm:build",
-                        "inferpool.engine.zoo.minilm:MiniLMHandler", peer="minilm"),
+                        "inferpool.engine.zoo.minilm:MiniLMHandler", peer="minilm", engine=MINILM_ENGINE,
+                        others=MINILM_OTHERS),
     "digits": Workload((), "digits-json", (1, 8, 64), 1, "inferpool.engine.zoo.digits:build"),
 }  # fmt: skip
 
@@ -73,9 +84,11 @@ def variants_for(name: str) -> list[Variant]:
     of 1 and 2 torch threads each: its strongest setting is one of them, and which one depends on
     the model (a 20 ms call gains from threads, a 20 µs one only from processes)."""
     workload = WORKLOADS[name]
+    payload = workload.payload_name
     found = [
         Variant("InferPool defaults", inferpool_serve(*workload.args), workload.payload_name),
         Variant("InferPool 1 process", inferpool_serve(*workload.args, "--workers", "1"), workload.payload_name),
+        *(Variant(name, inferpool_serve(*workload.args, *more), payload) for name, more in workload.others),
     ]
     if workload.peer is not None:
         for workers in (1, 2):
@@ -115,15 +128,17 @@ def _rate(call: Callable[[], object], seconds: float, threads: int = 1) -> float
 
 
 def limits(workload: Workload, seconds: float) -> dict[str, float]:
-    """Requests/s of the bare engine (onnxruntime, as the defaults serve these), in this process and
-    without HTTP: one stream on every core, and every core busy with single-thread runtimes."""
+    """Requests/s of the bare engine (on the backend and precision the defaults serve it with), in
+    this process and without HTTP: one stream on every core, and every core busy with
+    single-thread runtimes."""
     from inferpool.engine import RuntimeOptions, ServedModel  # torch: only for the limit
     from inferpool.engine.threads import usable_cpus
 
     cpus = usable_cpus()
-    options = RuntimeOptions(backend="onnxruntime", lend_idle_cores="off", warmup_iters=1)
+    engine = dict(workload.engine)
+    options = RuntimeOptions(**engine, lend_idle_cores="off", warmup_iters=1)
     wide = ServedModel.load(
-        workload.source, RuntimeOptions(backend="onnxruntime", intra_op_threads=cpus, num_runtimes=1, warmup_iters=1),
+        workload.source, RuntimeOptions(**engine, intra_op_threads=cpus, num_runtimes=1, warmup_iters=1),
         handler=workload.handler,
     )  # fmt: skip
     arrays = _inputs(wide, workload)

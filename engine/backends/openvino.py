@@ -10,7 +10,8 @@ two runtimes measured the same items/s as one runtime.
 Precision: ``INFERENCE_PRECISION_HINT`` is pinned to f32. On a CPU with bf16 instructions the
 plugin's default is bf16, which fails the parity check against eager (or, worse, would pass a
 loose one); reduced precision is ``runtime.precision``'s business (inferpool.engine.backends.precision),
-behind its accuracy gate. CPU pinning is off: serving processes and other tenants share cores.
+behind its accuracy gate: ``bf16`` compiles the same file with the hint at bf16. CPU pinning
+is off: serving processes and other tenants share cores.
 
 Fork safety (measured, tests/e2e/service/test_processes.py): a compiled model with one stream
 and one thread answers in a forked child; one with two streams hangs the child's first infer
@@ -75,11 +76,15 @@ class CompiledOpenVino:
         return self.streams * self.threads_per_stream
 
 
-def compile_config(streams: int, threads_per_stream: int) -> dict[str, Any]:
+PRECISION_HINTS = {"fp32": "f32", "bf16": "bf16"}
+"""``runtime.precision`` to the plugin's ``INFERENCE_PRECISION_HINT`` (int8 is a quantized file, run in f32 mode)."""
+
+
+def compile_config(streams: int, threads_per_stream: int, precision: str = "fp32") -> dict[str, Any]:
     return {
         "NUM_STREAMS": streams,
         "INFERENCE_NUM_THREADS": streams * threads_per_stream,
-        "INFERENCE_PRECISION_HINT": "f32",
+        "INFERENCE_PRECISION_HINT": PRECISION_HINTS[precision],
         "ENABLE_CPU_PINNING": False,
     }
 
@@ -94,15 +99,16 @@ def model_file(module: InferenceModule, options: RuntimeOptions) -> tuple[Path |
 
 
 def compile_file(
-    module: InferenceModule, model: Path | bytes, where: str, streams: int, threads_per_stream: int
-) -> CompiledOpenVino:
+    module: InferenceModule, model: Path | bytes, where: str, streams: int, threads_per_stream: int,
+    precision: str = "fp32",
+) -> CompiledOpenVino:  # fmt: skip
     ov_core = core()
     try:
         if isinstance(model, Path):
             read = ov_core.read_model(str(model))
         else:  # an unwritable cache: the export's bytes
             read = ov_core.read_model(model, require().Tensor(np.empty(0, dtype=np.uint8)))
-        compiled = ov_core.compile_model(read, DEVICE, compile_config(streams, threads_per_stream))
+        compiled = ov_core.compile_model(read, DEVICE, compile_config(streams, threads_per_stream, precision))
     except Exception as exc:
         raise ModelLoadError(f"openvino cannot compile the ONNX model of {module.name!r} ({where}): {exc}") from exc
     names = ([i.get_any_name() for i in compiled.inputs], [o.get_any_name() for o in compiled.outputs])
@@ -165,6 +171,7 @@ class OpenVinoRuntime(Runtime):
                 module, options, "openvino", exported, compiled,
                 load=lambda path: compile_file(module, path, str(path), streams, options.intra_op_threads),
                 run=lambda served, inputs: run_request(served.model.create_infer_request(), names, inputs),
+                bf16=lambda: compile_file(module, model, where, streams, options.intra_op_threads, "bf16"),
             )  # fmt: skip
             _exports[module.module] = exported
             if options.backend == "openvino":  # named, it alone serves: the torch weights are a second copy

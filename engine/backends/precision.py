@@ -24,6 +24,12 @@ in fp32 with a warning naming the measured figures: an option asked for speed, a
 server over it would turn a slower answer into no answer; ``precision_strict`` refuses to start
 instead, for whoever would rather know.
 
+``runtime.precision = "bf16"`` (openvino): the same export compiled with bfloat16 inference
+precision, gated and raced against fp32 the same way. On a CPU with AMX it measured 2.2x fp32
+on MiniLM at batch 1 and 2.6-3.3x at batch 16, min cosine 0.99997 (docs/BENCHMARKS.md); on one
+without bf16 instructions the plugin runs fp32 anyway, and the race serves fp32. Its verdict
+lives for the process tree (a compile setting leaves no file to cache figures beside).
+
 Cached with each quantized file: the gate's figures are written beside it (``.gate.json``, keyed
 by the file's bytes, the inputs they were measured on and the backend), so a warm start neither
 quantizes nor measures again; the thresholds are applied to the cached figures at every start.
@@ -84,7 +90,7 @@ class PrecisionChoice:
         return {
             "configured": self.configured,
             "served": self.served,
-            "method": self.gate.method if self.gate is not None and self.served == "int8" else None,
+            "method": self.gate.method if self.gate is not None and self.served != "fp32" else None,
             "gate": None if self.gate is None else shown(self.gate),
             "candidates": [shown(g) for g in self.candidates],
             "call_ms": dict(self.call_ms),
@@ -180,13 +186,18 @@ def serve_precision(
     fp32: Artifact,
     load: Callable[[Path], Artifact],
     run: Callable[[Artifact, Mapping[str, Array]], Sequence[np.ndarray]],
+    bf16: Callable[[], Artifact] | None = None,
 ) -> Artifact:
-    """The artifact to serve for ``options.precision``: ``fp32`` itself, or the int8 one
-    ``load`` builds from a quantized file that passes the gate (see the module docstring)."""
+    """The artifact to serve for ``options.precision``: ``fp32`` itself, the int8 one ``load``
+    builds from a quantized file, or the one ``bf16`` compiles, if it passes the gate (see the
+    module docstring)."""
     if options.precision == "fp32":
         _choices.pop(module.module, None)
         return fp32
     check_source(module, options)
+    if options.precision == "bf16":
+        assert bf16 is not None, f"backend {backend!r} has no bf16 build (RuntimeOptions checks BF16_BACKENDS)"
+        return _serve_bf16(module, options, backend, fp32, bf16, run)
     quantizers = candidates(exported, options.int8_methods)
     calibration, batches, described = held_out(module, options.accuracy_inputs, any(q.calibrates for q in quantizers))
     batched = all(spec.batched for spec in module.schema.inputs)
@@ -244,15 +255,51 @@ def serve_precision(
     return passing[fastest]
 
 
+def _serve_bf16(
+    module: InferenceModule,
+    options: RuntimeOptions,
+    backend: str,
+    fp32: Artifact,
+    build: Callable[[], Artifact],
+    run: Callable[[Artifact, Mapping[str, Array]], Sequence[np.ndarray]],
+) -> Artifact:
+    """bf16 is a compile setting, not a file: gated and raced against fp32 once per process tree
+    (a rebuild for the thread plan, or a forked serving process, reuses the verdict)."""
+    raced = (backend, replace(options, intra_op_threads=1, num_runtimes=0))
+    earlier = _choices.get(module.module)
+    if earlier is not None and earlier.raced == raced and earlier.configured == "bf16":
+        return build() if earlier.served == "bf16" else fp32
+    artifact = build()
+    _, batches, described = held_out(module, options.accuracy_inputs, False)
+    batched = all(spec.batched for spec in module.schema.inputs)
+    figures = measure([run(fp32, b) for b in batches], [run(artifact, b) for b in batches], batched)
+    gate = Gate(figures, options.accuracy_min_cosine, options.accuracy_min_agreement, described, "bf16")
+    if not gate.passed:
+        return _fp32_instead(module, options, f"model {module.name!r}: bf16 fails the accuracy gate: "
+                             f"{gate.describe()}", (gate,), fp32)  # fmt: skip
+    inputs = dict(module.example_inputs)
+    timings = {"bf16": _call_ms(run, artifact, inputs), "fp32": _call_ms(run, fp32, inputs)}
+    calls = ", ".join(f"{name} {ms:.3g} ms" for name, ms in timings.items())
+    served = "bf16" if options.precision_strict or timings["bf16"] < timings["fp32"] else "fp32"
+    _choices[module.module] = PrecisionChoice("bf16", served, gate, (gate,), timings, raced)
+    if served == "fp32":
+        log.warning("model %r: bf16 passes the accuracy gate but measures slower than fp32 (example call: %s): "
+                    "serving fp32; precision_strict serves bf16 anyway", module.name, calls)  # fmt: skip
+        return fp32
+    log.info("model %r: serving bf16 (%s): %s (example call: %s)", module.name, backend, gate.describe(), calls)
+    return artifact
+
+
 def _fp32_instead(
     module: InferenceModule, options: RuntimeOptions, message: str, gates: tuple[Gate, ...], fp32: Artifact
 ) -> Artifact:
-    """int8 was asked and cannot be served: fp32 with a warning, or refused (``precision_strict``)."""
+    """int8 or bf16 was asked and cannot be served: fp32 with a warning, or refused (``precision_strict``)."""
     if options.precision_strict:
         raise ModelLoadError(
             f"{message}; precision_strict refuses to serve it: use precision 'fp32', or lower accuracy_min_cosine "
             "or accuracy_min_agreement"
         )
     log.warning("%s; serving fp32", message)
-    _choices[module.module] = PrecisionChoice("int8", "fp32", gates[0] if gates else None, gates)
+    raced = (options.backend, replace(options, intra_op_threads=1, num_runtimes=0))
+    _choices[module.module] = PrecisionChoice(options.precision, "fp32", gates[0] if gates else None, gates, {}, raced)
     return fp32

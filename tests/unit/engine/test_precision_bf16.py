@@ -1,0 +1,98 @@
+"""runtime.precision = "bf16" on openvino: the export compiled in bfloat16, served only when it
+passes the accuracy gate against fp32 and measures faster (or precision_strict asks for it)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from inferpool.engine import BACKENDS, InferenceModule, ModelLoadError, RuntimeOptions
+from inferpool.engine.backends.precision import precision_choice
+from inferpool.engine.spec import ModelSpec
+
+openvino = pytest.importorskip("openvino", reason="openvino is an optional extra")
+BF16_CPU = "BF16" in openvino.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+RUNS_BF16 = pytest.mark.skipif(not BF16_CPU, reason="this CPU has no bf16 instructions: openvino runs fp32")
+HELD_OUT = np.random.default_rng(3).standard_normal((16, 256)).astype(np.float32)
+
+
+def mlp(name: str) -> InferenceModule:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 64))
+    return InferenceModule.from_spec(ModelSpec(model.eval(), {"x": torch.zeros(1, 256)}, ("y",), name=name))
+
+
+def bf16(cache: object, **more: Any) -> RuntimeOptions:
+    return RuntimeOptions(backend="openvino", precision="bf16", compile_cache_dir=str(cache), warmup_iters=1, **more)
+
+
+def run(module: InferenceModule, options: RuntimeOptions) -> np.ndarray:
+    backend = BACKENDS["openvino"]
+    return backend(module, options, backend.compile(module, options)).run({"x": HELD_OUT})["y"]
+
+
+def eager(module: InferenceModule) -> np.ndarray:
+    with torch.inference_mode():
+        return module.module(torch.from_numpy(HELD_OUT)).numpy()
+
+
+def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.sum(a * b, axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+
+
+def test_bf16_within_the_gate_is_served_when_it_measures_faster(tmp_path) -> None:
+    module = mlp("bf16_passes")
+    got = run(module, bf16(tmp_path))
+    choice = precision_choice(module)
+    assert choice is not None
+    assert choice.gate is not None
+    assert choice.configured == "bf16"
+    assert choice.gate.passed
+    assert choice.gate.method == "bf16"
+    assert (choice.gate.figures.min_cosine or 0.0) >= 0.99
+    assert set(choice.call_ms) == {"bf16", "fp32"}
+    faster = "bf16" if choice.call_ms["bf16"] < choice.call_ms["fp32"] else "fp32"
+    assert choice.served == faster  # the race's verdict, whichever this CPU gives
+    assert cosines(got, eager(module)).min() >= 0.99
+    assert choice.report()["method"] == ("bf16" if faster == "bf16" else None)
+
+
+def test_strict_serves_bf16_that_passes_whatever_the_race_says(tmp_path) -> None:
+    module = mlp("bf16_strict")
+    run(module, bf16(tmp_path, precision_strict=True))
+    choice = precision_choice(module)
+    assert choice is not None
+    assert choice.served == "bf16"
+
+
+def test_a_rebuild_in_the_same_tree_reuses_the_verdict(tmp_path) -> None:
+    module, options = mlp("bf16_rebuilt"), bf16(tmp_path)
+    run(module, options)
+    first = precision_choice(module)
+    run(module, options)  # as a forked serving process's rebuild for its thread plan
+    assert precision_choice(module) is first
+
+
+@RUNS_BF16
+def test_bf16_that_fails_the_gate_is_served_fp32_with_the_figures_or_refused(tmp_path, caplog) -> None:
+    module = mlp("bf16_fails")
+    with caplog.at_level(logging.WARNING, logger="inferpool.engine.backends.precision"):
+        got = run(module, bf16(tmp_path, accuracy_min_cosine=1.0))  # bf16 rounds: no item is exactly fp32's
+    choice = precision_choice(module)
+    assert choice is not None
+    assert choice.gate is not None
+    assert (choice.configured, choice.served, choice.gate.passed) == ("bf16", "fp32", False)
+    assert "bf16 fails the accuracy gate: bf16: min cosine" in caplog.text
+    assert "serving fp32" in caplog.text
+    np.testing.assert_allclose(got, eager(module), rtol=1e-3, atol=1e-5)  # fp32's answers
+    with pytest.raises(ModelLoadError, match="precision_strict refuses to serve it"):
+        run(mlp("bf16_refused"), bf16(tmp_path, accuracy_min_cosine=1.0, precision_strict=True))
+
+
+def test_bf16_needs_the_openvino_backend() -> None:
+    with pytest.raises(ValueError, match="bf16 needs 'openvino'"):
+        RuntimeOptions(backend="onnxruntime", precision="bf16")
