@@ -191,12 +191,13 @@ def table(runs: list[dict[str, Any]], concurrency: list[int]) -> str:
     return "\n".join(rows)
 
 
-def limit_line(limit: dict[str, float]) -> str:
-    return (f"bare engine (no HTTP, onnxruntime) {limit['one_stream']} req/s one stream on every core, "
+def limit_line(limit: dict[str, Any]) -> str:
+    engine = limit.get("engine", "onnxruntime")  # runs recorded before the limit said its engine
+    return (f"bare engine (no HTTP, {engine}) {limit['one_stream']} req/s one stream on every core, "
             f"{limit['every_core']} with every core busy")  # fmt: skip
 
 
-def ratios(runs: list[dict[str, Any]], limit: dict[str, float]) -> str:
+def ratios(runs: list[dict[str, Any]], limit: dict[str, Any]) -> str:
     """InferPool's no-flag server against the best peer at each concurrency, and against the limit
     (one stream at one connection, every core busy above)."""
     rates: dict[tuple[str, int], float] = {(r["label"], r["concurrency"]): r["achieved_rps"] for r in runs}

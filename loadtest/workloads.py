@@ -127,7 +127,7 @@ def _rate(call: Callable[[], object], seconds: float, threads: int = 1) -> float
     return sum(counts) / (time.perf_counter() - started)
 
 
-def limits(workload: Workload, seconds: float) -> dict[str, float]:
+def limits(workload: Workload, seconds: float) -> dict[str, Any]:
     """Requests/s of the bare engine (on the backend and precision the defaults serve it with), in
     this process and without HTTP: one stream on every core, and every core busy with
     single-thread runtimes."""
@@ -147,4 +147,5 @@ def limits(workload: Workload, seconds: float) -> dict[str, float]:
     narrow = ServedModel.load(workload.source, options, handler=workload.handler)
     every_core = _rate(lambda: narrow.call(arrays), seconds, threads=cpus)
     narrow.close()
-    return {"one_stream": round(one_stream, 1), "every_core": round(every_core, 1)}
+    described = ", ".join(f"{value}" if key == "backend" else f"{key} {value}" for key, value in workload.engine)
+    return {"one_stream": round(one_stream, 1), "every_core": round(every_core, 1), "engine": described}
