@@ -57,9 +57,10 @@ UNAUTHENTICATED = ErrorAnswer(
 )
 # The REST twins of the methods that can be exempt from the API key: a method is exempt when
 # its twin is (auth_exempt). The standard health service never asks for it: probes carry no secret.
-GOAWAY_SECONDS = 0.05
 # The repository methods have no twin here: they need the key whenever one is set, as REST's do.
 REST_TWIN = {"ServerLive": "/v2/health/live", "ServerReady": "/v2/health/ready"}
+GOAWAY_SECONDS = 0.05
+"""How long a retired process's call waits before its answer, for grpcio's GOAWAY to go first."""
 
 
 class Servicer:
