@@ -2,8 +2,9 @@
 
 One ``SOCK_SEQPACKET`` socket pair per serving process: each message is one JSON object and
 arrives whole, in order, with no framing of ours. The process says ``ready`` once its models
-have started, and asks the repository calls (``index``, ``load``, ``unload``), which the
-supervisor answers with ``{"status": ..., "body": ...}``. The supervisor tells a process it
+have started and its gRPC front end (if any) listens (``announce_after``), and asks the
+repository calls (``index``, ``load``, ``unload``), which the supervisor answers with
+``{"status": ..., "body": ...}``. The supervisor tells a process it
 is replaced with ``retire``: sent before the answer to a call that process asked, so that the
 call's own answer already closes its connection (service/processes/retiring_server.py).
 """
