@@ -13,8 +13,10 @@ from __future__ import annotations
 import sys
 import threading
 import time
+import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from inferpool.harness.payloads import IMAGE, PAYLOADS, SENTENCE, SENTENCES, Payload
@@ -55,8 +57,8 @@ class Workload:
         return PAYLOADS[self.payload_name]()
 
 
-MINILM_ENGINE = (("backend", "openvino"), ("precision", "bf16"), ("accuracy_min_cosine", 0.999))
-"""config/minilm.toml's engine settings."""
+MINILM_ENGINE = tuple(tomllib.loads(Path(MINILM).read_text())["runtime"].items())
+"""config/minilm.toml's engine settings, read from it (the limit follows whatever it ships)."""
 MINILM_OTHERS = (("InferPool onnxruntime fp32", ("--runtime.backend", "onnxruntime", "--runtime.precision", "fp32")),)
 """The previous minilm.toml (fp32 on onnxruntime), beside the shipped one."""
 
@@ -86,15 +88,15 @@ def variants_for(name: str) -> list[Variant]:
     workload = WORKLOADS[name]
     payload = workload.payload_name
     found = [
-        Variant("InferPool defaults", inferpool_serve(*workload.args), workload.payload_name),
-        Variant("InferPool 1 process", inferpool_serve(*workload.args, "--workers", "1"), workload.payload_name),
+        Variant("InferPool defaults", inferpool_serve(*workload.args), payload),
+        Variant("InferPool 1 process", inferpool_serve(*workload.args, "--workers", "1"), payload),
         *(Variant(name, inferpool_serve(*workload.args, *more), payload) for name, more in workload.others),
     ]
     if workload.peer is not None:
         for workers in (1, 2):
             for threads in (1, 2):
                 label = f"FastAPI {workers}p x {threads} thread{'s' * (threads > 1)}"
-                found.append(Variant(label, peer_command(workload.peer, workers, threads), workload.payload_name))
+                found.append(Variant(label, peer_command(workload.peer, workers, threads), payload))
     return found
 
 
@@ -135,10 +137,10 @@ def limits(workload: Workload, seconds: float) -> dict[str, Any]:
     from inferpool.engine.threads import usable_cpus
 
     cpus = usable_cpus()
-    engine = dict(workload.engine)
-    options = RuntimeOptions(**engine, lend_idle_cores="off", warmup_iters=1)
+    engine = {**dict(workload.engine), "warmup_iters": 1}
+    options = RuntimeOptions(**{**engine, "lend_idle_cores": "off"})
     wide = ServedModel.load(
-        workload.source, RuntimeOptions(**engine, intra_op_threads=cpus, num_runtimes=1, warmup_iters=1),
+        workload.source, RuntimeOptions(**{**engine, "intra_op_threads": cpus, "num_runtimes": 1}),
         handler=workload.handler,
     )  # fmt: skip
     arrays = _inputs(wide, workload)
@@ -147,5 +149,6 @@ def limits(workload: Workload, seconds: float) -> dict[str, Any]:
     narrow = ServedModel.load(workload.source, options, handler=workload.handler)
     every_core = _rate(lambda: narrow.call(arrays), seconds, threads=cpus)
     narrow.close()
-    described = ", ".join(f"{value}" if key == "backend" else f"{key} {value}" for key, value in workload.engine)
+    shown = ("backend", "precision")  # what sets the rate; the thread settings are the limit's own
+    described = ", ".join(str(value) for key, value in workload.engine if key in shown)
     return {"one_stream": round(one_stream, 1), "every_core": round(every_core, 1), "engine": described}

@@ -125,6 +125,12 @@ def _load_int8(
     return path, load(path)
 
 
+def _raced_for(backend: str, options: RuntimeOptions) -> tuple[str, RuntimeOptions]:
+    """What a choice holds for: the backend and the options but their thread plan (a rebuild for
+    the plan, or a forked serving process, reuses the choice)."""
+    return backend, replace(options, intra_op_threads=1, num_runtimes=0)
+
+
 def _figures_path(path: Path) -> Path:
     return path.with_name(path.name.removesuffix(SUFFIX) + ".gate.json")
 
@@ -229,7 +235,7 @@ def serve_precision(
     against_fp32 = not (options.precision_strict or options.int8_methods)
     timed: dict[str, Artifact] = {**passing, **({"fp32": fp32} if against_fp32 else {})}
     timings: dict[str, float] = {}
-    earlier, raced = _choices.get(module.module), (backend, replace(options, intra_op_threads=1, num_runtimes=0))
+    earlier, raced = _choices.get(module.module), _raced_for(backend, options)
     if earlier is not None and earlier.raced == raced and set(earlier.call_ms) == set(timed):
         # Raced already in this process or the parent it was forked from (a rebuild for the thread
         # plan, a serving process): the same choice, so that every process serves the same int8.
@@ -265,7 +271,7 @@ def _serve_bf16(
 ) -> Artifact:
     """bf16 is a compile setting, not a file: gated and raced against fp32 once per process tree
     (a rebuild for the thread plan, or a forked serving process, reuses the verdict)."""
-    raced = (backend, replace(options, intra_op_threads=1, num_runtimes=0))
+    raced = _raced_for(backend, options)
     earlier = _choices.get(module.module)
     if earlier is not None and earlier.raced == raced and earlier.configured == "bf16":
         return build() if earlier.served == "bf16" else fp32
@@ -300,6 +306,6 @@ def _fp32_instead(
             "or accuracy_min_agreement"
         )
     log.warning("%s; serving fp32", message)
-    raced = (options.backend, replace(options, intra_op_threads=1, num_runtimes=0))
+    raced = _raced_for(options.backend, options)
     _choices[module.module] = PrecisionChoice(options.precision, "fp32", gates[0] if gates else None, gates, {}, raced)
     return fp32
