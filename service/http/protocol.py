@@ -13,16 +13,65 @@ a task forever. Here:
   is closed at once, before anything of it is parsed;
 - a request the HTTP parser rejects (a malformed ``Content-Length``, a broken request line)
   gets its 400 as JSON, like every other error, not uvicorn's plain text.
+
+And one thing for speed: an answer's head and body leave in one write (``OneWriteTransport``).
+uvicorn writes the head at ``http.response.start`` and the body at ``http.response.body``: two
+send() calls and two TCP segments per answer, and a client woken twice. On the digits model the
+head's write alone was 19 % of a serving process's samples (py-spy under wrk, 8 connections).
 """
 
 from __future__ import annotations
 
 import asyncio
 from http import HTTPStatus
+from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from inferpool.service.apierror import closing_error
+
+# A body up to this size is joined to the head it follows (one copy, one write); a larger one goes
+# out by writelines, without the copy.
+JOIN_BYTES = 64 * 1024
+
+
+class OneWriteTransport:
+    """What a request's cycle writes through: a write is held until the next one joins it, or until
+    the event loop's next turn (a streamed answer whose body comes later still gets its head at
+    once). ``close`` sends what is held first. Everything else is the connection's own transport."""
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self.transport = transport
+        self.loop = loop
+        self.held: bytes | None = None
+
+    def write(self, data: bytes) -> None:
+        held = self.held
+        if held is None:
+            self.held = data
+            self.loop.call_soon(self.flush)
+            return
+        self.held = None
+        if len(data) <= JOIN_BYTES:
+            self.transport.write(held + data)
+        else:
+            self.transport.writelines((held, data))
+
+    def flush(self) -> None:
+        held = self.held
+        if held is not None:
+            self.held = None
+            self.transport.write(held)
+
+    def close(self) -> None:
+        self.flush()
+        self.transport.close()
+
+    def is_closing(self) -> bool:
+        return self.transport.is_closing()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.transport, name)
 
 
 def guarded_protocol(read_timeout: float, max_connections: int) -> type[asyncio.Protocol]:
@@ -44,6 +93,7 @@ def guarded_protocol(read_timeout: float, max_connections: int) -> type[asyncio.
         _deadline: asyncio.TimerHandle | None = None
         _due: float | None = None
         _headers_in = False
+        _one_write: OneWriteTransport | None = None
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -70,6 +120,13 @@ def guarded_protocol(read_timeout: float, max_connections: int) -> type[asyncio.
         def on_headers_complete(self) -> None:
             self._headers_in = True
             super().on_headers_complete()
+            cycle = self.cycle
+            if cycle is None:  # an upgrade: no request cycle of its own
+                return
+            one_write = self._one_write
+            if one_write is None:
+                one_write = self._one_write = OneWriteTransport(self.transport, self.loop)
+            cycle.transport = one_write  # type: ignore[assignment]
 
         def on_message_complete(self) -> None:
             self._due = None  # the request is in; uvicorn's keep-alive timer takes over after it
@@ -77,9 +134,14 @@ def guarded_protocol(read_timeout: float, max_connections: int) -> type[asyncio.
 
         def send_400_response(self, msg: str) -> None:
             self._disarm()
+            self._flush()  # a pipelined request's 400 must follow the answer before it
             # uvicorn's parser error carries no detail worth more than naming where to look.
             self.transport.write(malformed)
             self.transport.close()
+
+        def _flush(self) -> None:
+            if self._one_write is not None:
+                self._one_write.flush()
 
         def _arm(self) -> None:
             self._due = self.loop.time() + read_timeout
@@ -106,6 +168,7 @@ def guarded_protocol(read_timeout: float, max_connections: int) -> type[asyncio.
             if self.transport.is_closing():
                 return
             if not self._headers_in:  # no route has this request yet: it can still be answered
+                self._flush()
                 self.transport.write(timed_out)
             self.transport.close()
 

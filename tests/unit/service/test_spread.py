@@ -7,6 +7,7 @@ import asyncio
 import socket
 from types import SimpleNamespace
 
+from inferpool.service.processes import spread
 from inferpool.service.processes.process_states import DOWN, READY, ProcessBoard
 from inferpool.service.processes.spread import CLOSED, ConnectionCounts, SpreadAcceptor
 
@@ -150,6 +151,44 @@ def test_a_closed_acceptor_leaves_its_slot_to_the_replacement_that_shares_it():
         client.close()
         await _until(lambda: old.open == 0)
         assert counts.get(0) == 3
+        listener.close()
+
+    asyncio.run(scenario())
+
+
+def test_request_heads_read_the_other_counts_at_most_once_a_look_until_a_connection_comes_or_goes(monkeypatch):
+    monkeypatch.setattr(spread, "LOOK_SECONDS", 60.0)  # one look spans the whole test, however slow the machine
+
+    async def scenario() -> None:
+        listener, counts = _listener(), ConnectionCounts(2)
+        _Http.cycles = []
+        counts.set(1, 2)  # even with this process's 2: nothing to shed, every head may look
+        acceptor = SpreadAcceptor(listener, _Http, {}, counts, slot=0, board=None)
+        looks: list[int] = []
+        read = counts.fewest_elsewhere
+
+        def counted(slot: int, board: ProcessBoard | None) -> int | None:
+            looks.append(slot)
+            return read(slot, board)
+
+        counts.fewest_elsewhere = counted  # type: ignore[method-assign]
+        address = listener.getsockname()
+        clients = [socket.create_connection(address) for _ in range(2)]
+        await _until(lambda: acceptor.accepted == 2)
+        looks.clear()  # accepting reads them too; only the heads' reads count here
+        for sent in range(1, 6):
+            clients[sent % 2].sendall(b"GET / HTTP/1.1\r\n\r\n")
+            await _until(lambda sent=sent: len(_Http.cycles) == sent)
+        assert len(looks) == 1  # five heads within LOOK_SECONDS: one read of the shared counts
+        clients.append(socket.create_connection(address))  # this process's count changed: look again
+        await _until(lambda: acceptor.accepted == 3)
+        looks.clear()
+        clients[0].sendall(b"GET / HTTP/1.1\r\n\r\n")
+        await _until(lambda: len(_Http.cycles) == 6)
+        assert len(looks) == 1
+        acceptor.close()
+        for client in clients:
+            client.close()
         listener.close()
 
     asyncio.run(scenario())
