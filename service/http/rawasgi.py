@@ -16,6 +16,7 @@ from inferpool.service.errors import ErrorAnswer, answer_for, unexpected
 from inferpool.service.frontdoor import FrontDoor
 from inferpool.service.http.codec import Disconnected
 from inferpool.service.http.middleware import STARTED, header_map
+from inferpool.service.http.protocol import ONE_WRITE
 from inferpool.service.telemetry.metrics import Inference
 from inferpool.service.telemetry.observe import INFERENCE
 
@@ -29,16 +30,28 @@ request_headers = header_map
 Starlette's ``Headers.get``: the map the request context built (service/http/middleware.py)."""
 
 
-async def send_answer(send: Send, status: int, body: bytes, content_type: bytes, extra: RawHeaders) -> None:
+async def send_answer(
+    scope: Scope, send: Send, status: int, body: bytes, content_type: bytes, extra: RawHeaders
+) -> None:
+    """Head and body, in one write of the connection where the server allows (service/http/protocol.py)."""
     headers = [(b"content-type", content_type), (b"content-length", b"%d" % len(body)), *extra]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+    one_write = scope.get(ONE_WRITE)
+    if one_write is None:
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+        return
+    one_write.hold()
+    try:
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+    finally:
+        one_write.flush()
 
 
-async def send_error(send: Send, answer: ErrorAnswer, path: str) -> None:
+async def send_error(scope: Scope, send: Send, answer: ErrorAnswer) -> None:
     """The same answer ``ErrorAnswer.response(path)`` gives, without building a Response."""
     headers = _encoded(answer.headers.items() if answer.headers else ())
-    await send_answer(send, answer.status, answer.body(path), JSON, headers)
+    await send_answer(scope, send, answer.status, answer.body(scope["path"]), JSON, headers)
 
 
 def _encoded(headers: Iterable[tuple[str, str]]) -> RawHeaders:
@@ -77,6 +90,6 @@ class RawRoute:
         except Disconnected:
             return
         except Exception as exc:  # noqa: BLE001 -- unexpected() logs the traceback
-            await send_error(send, answer_for(exc, self.metrics) or unexpected(scope, self.metrics), scope["path"])
+            await send_error(scope, send, answer_for(exc, self.metrics) or unexpected(scope, self.metrics))
             return
-        await send_answer(send, 200, body, content_type, extra)
+        await send_answer(scope, send, 200, body, content_type, extra)

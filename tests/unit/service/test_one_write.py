@@ -6,7 +6,7 @@ import asyncio
 import socket
 from typing import ClassVar
 
-from inferpool.service.http.protocol import JOIN_BYTES, OneWriteTransport, guarded_protocol
+from inferpool.service.http.protocol import JOIN_BYTES, ONE_WRITE, OneWriteTransport, guarded_protocol
 
 
 class _Transport:
@@ -31,50 +31,48 @@ class _Transport:
         return f"info:{name}"
 
 
-def test_a_head_and_the_body_after_it_are_one_write() -> None:
-    async def scenario() -> None:
-        real = _Transport()
-        one = OneWriteTransport(real, asyncio.get_running_loop())  # type: ignore[arg-type]
-        one.write(b"HTTP/1.1 200 OK\r\n\r\n")
-        assert real.writes == []  # held for the body
-        one.write(b"{}")
-        assert real.writes == [b"HTTP/1.1 200 OK\r\n\r\n{}"]
-        await asyncio.sleep(0)
-        assert real.writes == [b"HTTP/1.1 200 OK\r\n\r\n{}"]  # nothing left to flush
-
-    asyncio.run(scenario())
-
-
-def test_a_head_whose_body_comes_later_leaves_on_the_next_turn_of_the_loop() -> None:
-    async def scenario() -> None:
-        real = _Transport()
-        one = OneWriteTransport(real, asyncio.get_running_loop())  # type: ignore[arg-type]
-        one.write(b"head")
-        await asyncio.sleep(0)
-        assert real.writes == [b"head"]  # a streamed answer's head is not held back
-        one.write(b"chunk")
-        one.write(b"more")
-        assert real.writes == [b"head", b"chunkmore"]
-
-    asyncio.run(scenario())
+def test_a_held_head_and_the_body_after_it_are_one_write() -> None:
+    real = _Transport()
+    one = OneWriteTransport(real)  # type: ignore[arg-type]
+    one.hold()
+    one.write(b"HTTP/1.1 200 OK\r\n\r\n")
+    assert real.writes == []  # held for the body
+    one.write(b"{}")
+    assert real.writes == [b"HTTP/1.1 200 OK\r\n\r\n{}"]
+    one.flush()
+    assert real.writes == [b"HTTP/1.1 200 OK\r\n\r\n{}"]  # nothing left to flush
+    one.write(b"next")  # not held: the next answer asks again
+    assert real.writes[-1] == b"next"
 
 
-def test_a_large_body_and_close_keep_the_order_of_the_bytes() -> None:
-    async def scenario() -> None:
-        real = _Transport()
-        one = OneWriteTransport(real, asyncio.get_running_loop())  # type: ignore[arg-type]
-        body = b"x" * (JOIN_BYTES + 1)
-        one.write(b"head")
-        one.write(body)
-        assert real.writes == [b"head" + body]
-        one.write(b"last")
-        one.close()  # what is held leaves before the connection closes
-        assert real.writes[-1] == b"last"
-        assert real.closed
-        assert one.is_closing()
-        assert one.get_extra_info("peername") == "info:peername"
+def test_without_hold_every_write_goes_straight_through() -> None:
+    real = _Transport()
+    one = OneWriteTransport(real)  # type: ignore[arg-type]
+    one.write(b"head")
+    assert real.writes == [b"head"]  # a streamed answer's head is not held back
+    one.write(b"chunk")
+    assert real.writes == [b"head", b"chunk"]
 
-    asyncio.run(scenario())
+
+def test_a_large_body_flush_and_close_keep_the_order_of_the_bytes() -> None:
+    real = _Transport()
+    one = OneWriteTransport(real)  # type: ignore[arg-type]
+    body = b"x" * (JOIN_BYTES + 1)
+    one.hold()
+    one.write(b"head")
+    one.write(body)
+    assert real.writes == [b"head" + body]
+    one.hold()
+    one.write(b"alone")
+    one.flush()  # the body never came (the route failed between): the head still leaves
+    assert real.writes[-1] == b"alone"
+    one.hold()
+    one.write(b"last")
+    one.close()  # what is held leaves before the connection closes
+    assert real.writes[-1] == b"last"
+    assert real.closed
+    assert one.is_closing()
+    assert one.get_extra_info("peername") == "info:peername"
 
 
 class _Counting:
@@ -98,6 +96,10 @@ def test_a_served_answer_is_one_write_of_the_connection() -> None:
 
     async def app(scope: dict[str, object], receive: object, send: object) -> None:
         assert callable(send)
+        assert isinstance(scope, dict)
+        one_write = scope[ONE_WRITE]
+        assert isinstance(one_write, OneWriteTransport)
+        one_write.hold()  # as the hot routes do (service/http/rawasgi.py send_answer)
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"5")]})
         await send({"type": "http.response.body", "body": b"hello"})
 
