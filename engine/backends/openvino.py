@@ -37,7 +37,7 @@ from inferpool.engine.backends.base import Runtime
 from inferpool.engine.backends.onnxruntime.export import OnnxExport, ensure_export
 from inferpool.engine.backends.onnxruntime.export import release_weights as release_into_cache
 from inferpool.engine.backends.parity import Tolerance, eager_outputs, first_mismatch
-from inferpool.engine.backends.precision import check_source, serve_precision
+from inferpool.engine.backends.precision import bf16_verdict, check_source, serve_precision
 from inferpool.engine.errors import ModelLoadError, import_optional
 from inferpool.engine.module import InferenceModule
 from inferpool.engine.onnx_source import OnnxFile
@@ -163,11 +163,17 @@ class OpenVinoRuntime(Runtime):
         require()  # before exporting, so that its absence is not taken for a bad export
         model, where, exported = model_file(module, options)
         streams = streams_for(options)
-        compiled = compile_file(module, model, where, streams, options.intra_op_threads)
-        check_parity(module, compiled, cls.tolerance)
+        known_bf16 = exported is not None and bf16_verdict(module, options, "openvino") == "bf16"
+        if known_bf16:
+            # This tree gated and raced bf16 already (a rebuild for the plan, a forked serving
+            # process): the fp32 build and its parity check would only cost 1-3 s of start-up.
+            compiled = compile_file(module, model, where, streams, options.intra_op_threads, "bf16")
+        else:
+            compiled = compile_file(module, model, where, streams, options.intra_op_threads)
+            check_parity(module, compiled, cls.tolerance)
         if exported is not None:
             names = [s.name for s in module.schema.outputs]
-            compiled = serve_precision(
+            compiled = compiled if known_bf16 else serve_precision(
                 module, options, "openvino", exported, compiled,
                 load=lambda path: compile_file(module, path, str(path), streams, options.intra_op_threads),
                 run=lambda served, inputs: run_request(served.model.create_infer_request(), names, inputs),
