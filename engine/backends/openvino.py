@@ -150,6 +150,8 @@ class OpenVinoRuntime(Runtime):
 
     shared = ("compiled model", CompiledOpenVino)
     threaded_artifact = True
+    wide_artifact_supported = True
+    wide_precisions = ("fp32", "bf16")  # int8 serves a quantized file, which wide_artifact does not compile
     tolerance = Tolerance(rtol=1e-3, atol=1e-5)  # fused and reordered float ops, as onnxruntime's
 
     def __init__(self, module: InferenceModule, options: RuntimeOptions, compiled: Any = None) -> None:
@@ -185,6 +187,14 @@ class OpenVinoRuntime(Runtime):
         log.debug("model %r: openvino compiled %s with %d stream(s) x %d thread(s)",
                   module.name, where, compiled.streams, compiled.threads_per_stream)  # fmt: skip
         return compiled
+
+    @classmethod
+    def wide_artifact(cls, module: InferenceModule, options: RuntimeOptions, threads: int) -> CompiledOpenVino:
+        """The served model again as one stream of ``threads`` threads, in the precision this
+        process tree serves (bf16 only once its verdict says so), for inferpool.engine.wide's lane."""
+        model, where, _ = model_file(module, options)
+        served = "bf16" if bf16_verdict(module, options, "openvino") == "bf16" else "fp32"
+        return compile_file(module, model, where, 1, threads, served)
 
     @classmethod
     def release_weights(cls, module: InferenceModule) -> None:

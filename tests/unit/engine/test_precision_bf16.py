@@ -140,3 +140,13 @@ def test_a_verdict_for_other_options_is_not_reused(tmp_path, monkeypatch) -> Non
     compiled = counting_compiles(monkeypatch)
     run(module, bf16(tmp_path, precision_strict=True, accuracy_min_cosine=0.5))  # another gate: decided afresh
     assert compiled == ["fp32", "bf16"]
+
+
+def test_the_wide_artifact_is_one_stream_of_every_thread_in_the_served_precision(tmp_path, monkeypatch) -> None:
+    module, options = mlp("bf16_wide"), bf16(tmp_path, precision_strict=True)
+    run(module, options)
+    compiled = counting_compiles(monkeypatch)
+    wide = BACKENDS["openvino"].wide_artifact(module, options, 2)
+    assert compiled == ["bf16"]
+    assert (wide.streams, wide.threads_per_stream) == (1, 2)
+    assert wide.model.get_property("INFERENCE_NUM_THREADS") == 2
