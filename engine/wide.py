@@ -14,7 +14,7 @@ threads to pay (``MIN_CALL_SECONDS``) and measurably faster wide (``MIN_SPEEDUP`
 settings win: ``lend_idle_cores = "off"``, or an ``intra_op_threads`` above 1, keep the plan as
 configured. Backends opt in through ``Runtime.wide_artifact`` (onnxruntime: a second session
 whose pool threads sleep between runs instead of spinning, so an idle wide lane costs no CPU;
-openvino: the served model compiled again as one stream of every thread, in the served precision).
+openvino builds one in the served precision but does not opt in yet: see its ``wide_artifact_supported``).
 """
 
 from __future__ import annotations
