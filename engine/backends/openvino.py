@@ -152,9 +152,10 @@ class OpenVinoRuntime(Runtime):
     threaded_artifact = True
     wide_artifact_supported = False
     """Not yet, though ``wide_artifact`` builds one: with the lane on, config/minilm.toml's serving
-    processes never became ready (the lane probe runs a two-thread model in the parent before the
-    fork, and the forked children hung, as with a two-stream parent model above); measured with
-    ``lend_idle_cores = "off"``, they start. Turning this on needs the probe out of the parent."""
+    processes never became ready: the lane probe compiles and runs a two-thread model in the parent
+    before the fork, and each forked child then hung in ``compile_model`` of its own lane (seen
+    with a stack dump); with ``lend_idle_cores = "off"`` they start. Turning this on needs the
+    probe out of the parent (or a child that can compile after it)."""
     wide_precisions = ("fp32", "bf16")  # int8 serves a quantized file, which wide_artifact does not compile
     tolerance = Tolerance(rtol=1e-3, atol=1e-5)  # fused and reordered float ops, as onnxruntime's
 
