@@ -12,8 +12,9 @@ Whether a model gets one is measured at start-up (``choose``): its example call 
 thread count and at every core; the wide lane is kept only when the call is long enough for
 threads to pay (``MIN_CALL_SECONDS``) and measurably faster wide (``MIN_SPEEDUP``). Explicit
 settings win: ``lend_idle_cores = "off"``, or an ``intra_op_threads`` above 1, keep the plan as
-configured. Backends opt in through ``Runtime.wide_artifact`` (onnxruntime today: a second session
-whose pool threads sleep between runs instead of spinning, so an idle wide lane costs no CPU).
+configured. Backends opt in through ``Runtime.wide_artifact`` (onnxruntime: a second session
+whose pool threads sleep between runs instead of spinning, so an idle wide lane costs no CPU;
+openvino builds one in the served precision but does not opt in yet: see its ``wide_artifact_supported``).
 """
 
 from __future__ import annotations
@@ -148,10 +149,11 @@ def choose(
     if options.intra_op_threads > 1 or cpus <= 1:
         reason = "intra_op_threads is set" if options.intra_op_threads > 1 else "one usable CPU"
         return WideChoice(cpus, False, reason), None
-    if options.precision != "fp32":  # the wide artifact is built from the fp32 export
-        return WideChoice(cpus, False, f"precision {options.precision} serves no wide artifact yet"), None
     if not backend.wide_artifact_supported:
         return WideChoice(cpus, False, f"backend {backend.__name__} builds no wide artifact"), None
+    if options.precision not in backend.wide_precisions:  # a wide lane in another precision would answer differently
+        reason = f"backend {backend.__name__} builds no wide artifact in precision {options.precision}"
+        return WideChoice(cpus, False, reason), None
     refusal = lane_memory_refusal(module, processes, usable_memory_bytes())
     if refusal is not None and options.lend_idle_cores == "auto":
         return WideChoice(cpus, False, refusal), None

@@ -41,6 +41,8 @@ class Runtime(ABC):
     wide_artifact_supported: ClassVar[bool] = False
     """``wide_artifact`` builds an artifact for more intra-op threads in the serving process
     (inferpool.engine.wide: the lane a call running alone in the pod takes)."""
+    wide_precisions: ClassVar[tuple[str, ...]] = ("fp32",)
+    """The ``runtime.precision`` values whose served artifact ``wide_artifact`` builds again."""
 
     def __init__(self, module: InferenceModule, options: RuntimeOptions, compiled: Any = None) -> None:
         if self.shared is not None:

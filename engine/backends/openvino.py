@@ -37,7 +37,7 @@ from inferpool.engine.backends.base import Runtime
 from inferpool.engine.backends.onnxruntime.export import OnnxExport, ensure_export
 from inferpool.engine.backends.onnxruntime.export import release_weights as release_into_cache
 from inferpool.engine.backends.parity import Tolerance, eager_outputs, first_mismatch
-from inferpool.engine.backends.precision import check_source, serve_precision
+from inferpool.engine.backends.precision import bf16_verdict, check_source, serve_precision
 from inferpool.engine.errors import ModelLoadError, import_optional
 from inferpool.engine.module import InferenceModule
 from inferpool.engine.onnx_source import OnnxFile
@@ -150,6 +150,13 @@ class OpenVinoRuntime(Runtime):
 
     shared = ("compiled model", CompiledOpenVino)
     threaded_artifact = True
+    wide_artifact_supported = False
+    """Not yet, though ``wide_artifact`` builds one: with the lane on, config/minilm.toml's serving
+    processes never became ready: the lane probe compiles and runs a two-thread model in the parent
+    before the fork, and each forked child then hung in ``compile_model`` of its own lane (seen
+    with a stack dump); with ``lend_idle_cores = "off"`` they start. Turning this on needs the
+    probe out of the parent (or a child that can compile after it)."""
+    wide_precisions = ("fp32", "bf16")  # int8 serves a quantized file, which wide_artifact does not compile
     tolerance = Tolerance(rtol=1e-3, atol=1e-5)  # fused and reordered float ops, as onnxruntime's
 
     def __init__(self, module: InferenceModule, options: RuntimeOptions, compiled: Any = None) -> None:
@@ -163,11 +170,17 @@ class OpenVinoRuntime(Runtime):
         require()  # before exporting, so that its absence is not taken for a bad export
         model, where, exported = model_file(module, options)
         streams = streams_for(options)
-        compiled = compile_file(module, model, where, streams, options.intra_op_threads)
-        check_parity(module, compiled, cls.tolerance)
+        known_bf16 = exported is not None and bf16_verdict(module, options, "openvino") == "bf16"
+        if known_bf16:
+            # This tree gated and raced bf16 already (a rebuild for the plan, a forked serving
+            # process): the fp32 build and its parity check would only cost 1-3 s of start-up.
+            compiled = compile_file(module, model, where, streams, options.intra_op_threads, "bf16")
+        else:
+            compiled = compile_file(module, model, where, streams, options.intra_op_threads)
+            check_parity(module, compiled, cls.tolerance)
         if exported is not None:
             names = [s.name for s in module.schema.outputs]
-            compiled = serve_precision(
+            compiled = compiled if known_bf16 else serve_precision(
                 module, options, "openvino", exported, compiled,
                 load=lambda path: compile_file(module, path, str(path), streams, options.intra_op_threads),
                 run=lambda served, inputs: run_request(served.model.create_infer_request(), names, inputs),
@@ -179,6 +192,14 @@ class OpenVinoRuntime(Runtime):
         log.debug("model %r: openvino compiled %s with %d stream(s) x %d thread(s)",
                   module.name, where, compiled.streams, compiled.threads_per_stream)  # fmt: skip
         return compiled
+
+    @classmethod
+    def wide_artifact(cls, module: InferenceModule, options: RuntimeOptions, threads: int) -> CompiledOpenVino:
+        """The served model again as one stream of ``threads`` threads, in the precision this
+        process tree serves (bf16 only once its verdict says so), for inferpool.engine.wide's lane."""
+        model, where, _ = model_file(module, options)
+        served = "bf16" if bf16_verdict(module, options, "openvino") == "bf16" else "fp32"
+        return compile_file(module, model, where, 1, threads, served)
 
     @classmethod
     def release_weights(cls, module: InferenceModule) -> None:

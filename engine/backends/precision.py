@@ -61,7 +61,7 @@ from inferpool.engine.onnx_source import OnnxFile
 from inferpool.engine.options import RuntimeOptions
 from inferpool.engine.schema import Array
 
-__all__ = ["Gate", "GateFigures", "PrecisionChoice", "measure", "precision_choice", "serve_precision"]
+__all__ = ["Gate", "GateFigures", "PrecisionChoice", "bf16_verdict", "measure", "precision_choice", "serve_precision"]
 log = logging.getLogger(__name__)
 TIMING_CALLS = (3, 200)
 TIMING_SECONDS = 0.3
@@ -261,6 +261,15 @@ def serve_precision(
     return passing[fastest]
 
 
+def bf16_verdict(module: InferenceModule, options: RuntimeOptions, backend: str) -> str | None:
+    """What this process tree serves for a bf16 ask of these options ("bf16" or "fp32"), or None
+    before the gate and race have run: a backend that knows bf16 won skips building fp32."""
+    earlier = _choices.get(module.module)
+    if options.precision != "bf16" or earlier is None or earlier.configured != "bf16":
+        return None
+    return earlier.served if earlier.raced == _raced_for(backend, options) else None
+
+
 def _serve_bf16(
     module: InferenceModule,
     options: RuntimeOptions,
@@ -271,10 +280,10 @@ def _serve_bf16(
 ) -> Artifact:
     """bf16 is a compile setting, not a file: gated and raced against fp32 once per process tree
     (a rebuild for the thread plan, or a forked serving process, reuses the verdict)."""
+    earlier = bf16_verdict(module, options, backend)
+    if earlier is not None:
+        return build() if earlier == "bf16" else fp32
     raced = _raced_for(backend, options)
-    earlier = _choices.get(module.module)
-    if earlier is not None and earlier.raced == raced and earlier.configured == "bf16":
-        return build() if earlier.served == "bf16" else fp32
     artifact = build()
     _, batches, described = held_out(module, options.accuracy_inputs, False)
     batched = all(spec.batched for spec in module.schema.inputs)

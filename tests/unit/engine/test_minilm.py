@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from inferpool.engine import InvalidInput, RuntimeOptions, ServedModel, TokenIds
-from inferpool.engine.zoo.minilm import BUCKETS, DIMENSIONS, HELD_OUT_TEXTS, MAX_TOKENS, MiniLMHandler
+from inferpool.engine.zoo.minilm import BUCKETS, DIMENSIONS, EXAMPLE_TEXT, HELD_OUT_TEXTS, MAX_TOKENS, MiniLMHandler
 from tests.support.minilm_reference import LONG, SENTENCES, cosines, reference, token_ids
 
 MODEL, HANDLER = "inferpool.engine.zoo.minilm:build", "inferpool.engine.zoo.minilm:MiniLMHandler"
@@ -30,6 +30,15 @@ def test_pads_to_the_smallest_length_bucket_and_reports_truncation(handler):
     assert short["attention_mask"].sum() == 4  # [CLS] hi . [SEP]
     medium, _ = handler.preprocess(["word " * 20])
     assert medium["input_ids"].shape == (1, 24)  # 22 tokens: the 24 bucket, not 32
+
+
+def test_the_example_is_a_sentence_of_real_length_unpadded(handler):
+    # The start-up probes (the wide lane's 8-sample call among them) time it: a padded stub
+    # sentence measured a call too small for a second thread, unlike the requests served.
+    arrays, _ = handler.preprocess(EXAMPLE_TEXT)
+    assert len(EXAMPLE_TEXT.split()) >= 13
+    assert arrays["input_ids"].shape == (1, 24)
+    assert arrays["attention_mask"].sum() == 24
 
 
 @pytest.mark.parametrize(

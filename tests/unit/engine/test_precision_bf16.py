@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from inferpool.engine import BACKENDS, InferenceModule, ModelLoadError, RuntimeOptions
+from inferpool.engine.backends import openvino as openvino_backend
 from inferpool.engine.backends.precision import precision_choice
 from inferpool.engine.spec import ModelSpec
 
@@ -96,3 +97,56 @@ def test_bf16_that_fails_the_gate_is_served_fp32_with_the_figures_or_refused(tmp
 def test_bf16_needs_the_openvino_backend() -> None:
     with pytest.raises(ValueError, match="bf16 needs 'openvino'"):
         RuntimeOptions(backend="onnxruntime", precision="bf16")
+
+
+def counting_compiles(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The precision of every model the openvino backend compiles from here on."""
+    compiled: list[str] = []
+    real = openvino_backend.compile_file
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        compiled.append(kwargs.get("precision", args[5] if len(args) > 5 else "fp32"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(openvino_backend, "compile_file", spy)
+    return compiled
+
+
+def test_a_known_bf16_verdict_compiles_only_bf16(tmp_path, monkeypatch) -> None:
+    module, options = mlp("bf16_known"), bf16(tmp_path, precision_strict=True)
+    compiled = counting_compiles(monkeypatch)
+    first_answer = run(module, options)
+    assert compiled == ["fp32", "bf16"]  # no verdict yet: fp32 for the parity check and the gate
+    compiled.clear()
+    again = run(module, options)  # a rebuild for the plan, as a forked serving process's
+    assert compiled == ["bf16"]
+    assert precision_choice(module).served == "bf16"  # type: ignore[union-attr]
+    np.testing.assert_array_equal(again, first_answer)
+
+
+@RUNS_BF16
+def test_a_known_fp32_verdict_compiles_only_fp32(tmp_path, monkeypatch) -> None:
+    module, options = mlp("bf16_known_fp32"), bf16(tmp_path, accuracy_min_cosine=1.0)
+    run(module, options)  # bf16 fails a gate of cosine 1.0 (or this CPU runs fp32): fp32 with a warning
+    assert precision_choice(module).served == "fp32"  # type: ignore[union-attr]
+    compiled = counting_compiles(monkeypatch)
+    run(module, options)
+    assert compiled == ["fp32"]
+
+
+def test_a_verdict_for_other_options_is_not_reused(tmp_path, monkeypatch) -> None:
+    module = mlp("bf16_other_options")
+    run(module, bf16(tmp_path, precision_strict=True))
+    compiled = counting_compiles(monkeypatch)
+    run(module, bf16(tmp_path, precision_strict=True, accuracy_min_cosine=0.5))  # another gate: decided afresh
+    assert compiled == ["fp32", "bf16"]
+
+
+def test_the_wide_artifact_is_one_stream_of_every_thread_in_the_served_precision(tmp_path, monkeypatch) -> None:
+    module, options = mlp("bf16_wide"), bf16(tmp_path, precision_strict=True)
+    run(module, options)
+    compiled = counting_compiles(monkeypatch)
+    wide = BACKENDS["openvino"].wide_artifact(module, options, 2)
+    assert compiled == ["bf16"]
+    assert (wide.streams, wide.threads_per_stream) == (1, 2)
+    assert wide.model.get_property("INFERENCE_NUM_THREADS") == 2

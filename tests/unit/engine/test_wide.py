@@ -164,3 +164,15 @@ def test_lanes_that_would_hold_too_much_memory_are_refused(module, tmp_path):
     meminfo = tmp_path / "meminfo"
     meminfo.write_text("MemTotal: 100 kB\nMemAvailable:    2048 kB\n")
     assert usable_memory_bytes(cgroup=tmp_path, meminfo=meminfo) == 2048 * 1024
+
+
+def test_a_precision_the_backend_cannot_build_wide_gets_no_lane(module):
+    options = RuntimeOptions(backend="openvino", precision="bf16")
+    backend = _sleeper(0.005, 0.002)  # builds fp32 wide only, as Runtime's default says
+    choice, lane = choose(backend, backend(module, options), module, options, cpus=2)
+    assert (choice.enabled, lane) == (False, None)
+    assert "in precision bf16" in choice.reason
+    both = type("Both", (backend,), {"wide_precisions": ("fp32", "bf16")})
+    choice, lane = choose(both, both(module, options), module, options, cpus=2)
+    assert choice.enabled, choice
+    assert lane is not None
