@@ -42,10 +42,12 @@ ONE_WRITE = "inferpool.one_write"
 class OneWriteTransport:
     """What a request's cycle writes through. After ``hold()``, the next write (an answer's head) is
     kept until the one after it (its body) joins it: for a route that sends both in one go, as
-    the hot routes do; ``flush`` sends what is held if that never came. Without ``hold``, writes go
-    straight through (a streamed answer's head is not held back), and nothing is scheduled on the
-    event loop per request: a call_soon would cost an extra turn of the loop at one connection.
-    ``close`` sends what is held first. Everything else is the connection's own transport."""
+    the hot routes do. The route's ``finally`` calls ``flush``, which sends what is held if the body
+    never came, so nothing stays held past its two sends (which do not wait on the loop in between:
+    only paused writes would, and a held head wrote nothing that could pause them). Without
+    ``hold``, writes go straight through (a streamed answer's head is not held back), and nothing is
+    scheduled on the event loop per request: a call_soon would cost an extra turn of the loop at one
+    connection. ``close`` sends what is held first. Everything else is the connection's own transport."""
 
     def __init__(self, transport: asyncio.Transport) -> None:
         self.transport = transport
@@ -140,7 +142,6 @@ def guarded_protocol(read_timeout: float, max_connections: int) -> type[asyncio.
             one_write = self._one_write
             if one_write is None:
                 one_write = self._one_write = OneWriteTransport(self.transport)
-            one_write.flush()  # the last answer's, had it not ended as it should
             cycle.transport = one_write  # type: ignore[assignment]
             cycle.scope[ONE_WRITE] = one_write  # type: ignore[literal-required]
 
@@ -150,14 +151,9 @@ def guarded_protocol(read_timeout: float, max_connections: int) -> type[asyncio.
 
         def send_400_response(self, msg: str) -> None:
             self._disarm()
-            self._flush()  # a pipelined request's 400 must follow the answer before it
             # uvicorn's parser error carries no detail worth more than naming where to look.
             self.transport.write(malformed)
             self.transport.close()
-
-        def _flush(self) -> None:
-            if self._one_write is not None:
-                self._one_write.flush()
 
         def _arm(self) -> None:
             self._due = self.loop.time() + read_timeout
@@ -184,7 +180,6 @@ def guarded_protocol(read_timeout: float, max_connections: int) -> type[asyncio.
             if self.transport.is_closing():
                 return
             if not self._headers_in:  # no route has this request yet: it can still be answered
-                self._flush()
                 self.transport.write(timed_out)
             self.transport.close()
 

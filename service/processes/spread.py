@@ -45,11 +45,11 @@ POLL_SECONDS = 0.001
 CLOSED = 1 << 40
 """The count of a process that accepts no more (retiring, draining): the others never defer to it."""
 PAUSE_SECONDS = 0.1
+"""After accept() fails for want of file descriptors: the queue stays put, retried this much later."""
 LOOK_SECONDS = 0.01
 """How often a request's head reads the other processes' counts to decide on shedding: the read
 was ~4 % of a digits request's samples when made on every one (py-spy, wrk at 8 connections); a
 change of this process's own count makes the next head look at once."""
-"""After accept() fails for want of file descriptors: the queue stays put, retried this much later."""
 
 
 class ConnectionCounts:
