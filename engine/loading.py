@@ -95,7 +95,7 @@ def measure(
     seconds, full_call, batching = seed_service_times(pipeline, module, options)
     mode, selection = choose_executor(pipeline, runtimes, module, options, plan, batching)
     first, processes = runtimes.pool.runtimes[0], runtimes.pod.processes
-    choice, lane = choose(runtimes.backend, first, module, options, usable_cpus(), processes)
+    choice, lane = choose(runtimes.backend, first, module, options, usable_cpus(), processes, forks=not start)
     if choice.enabled:
         runtimes.pod.active = True  # every call in the pod counts from now on
         # A process forked later builds its own lane (its threads would stay here), in start().

@@ -35,7 +35,7 @@ from inferpool.engine.requests import Prediction
 from inferpool.engine.runtime_set import RuntimeSet
 from inferpool.engine.schema import Array, Schema
 from inferpool.engine.threads import ThreadPlan, apply_thread_plan
-from inferpool.engine.wide import build_lane
+from inferpool.engine.wide import build_lane_bounded
 
 log = logging.getLogger(__name__)
 
@@ -105,9 +105,14 @@ class ServedModel:
                      self.name, self.selection.name, self.plan.intra_op_threads, self.plan.runtimes)  # fmt: skip
         if forked and self.wide_choice.enabled:
             choice = self.wide_choice
-            self.runtimes.wide = build_lane(backend, self.module, self.options, choice.threads, choice.min_rows)
-            log.info("model %r: a call alone in the pod runs on %d threads (%s)",
-                     self.name, choice.threads, choice.reason)  # fmt: skip
+            lane, why_not = build_lane_bounded(backend, self.module, self.options, choice.threads, choice.min_rows)
+            if lane is None:
+                log.warning("model %r: serving without a wide lane in this process: %s", self.name, why_not)
+                self.wide_choice = replace(choice, enabled=False, reason=f"{choice.reason}; {why_not}")
+            else:
+                self.runtimes.wide = lane
+                log.info("model %r: a call alone in the pod runs on %d threads (%s)",
+                         self.name, choice.threads, choice.reason)  # fmt: skip
         if forked and self.plan.intra_op_threads > 1:  # the parent timed its calls on one thread
             self.deadline_floor = loading.forked_floor(self.pipeline, self.module, self.deadline_floor)
             self.pipeline.floor = self.deadline_floor

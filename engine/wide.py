@@ -14,11 +14,18 @@ threads to pay (``MIN_CALL_SECONDS``) and measurably faster wide (``MIN_SPEEDUP`
 settings win: ``lend_idle_cores = "off"``, or an ``intra_op_threads`` above 1, keep the plan as
 configured. Backends opt in through ``Runtime.wide_artifact`` (onnxruntime: a second session
 whose pool threads sleep between runs instead of spinning, so an idle wide lane costs no CPU;
-openvino builds one in the served precision but does not opt in yet: see its ``wide_artifact_supported``).
+openvino: one stream of every core, in the served precision).
+
+Where it is measured: in the process that loads, unless that process forks the serving processes
+later and the backend's threaded runs do not survive a fork (``Runtime.wide_probe_apart``:
+openvino's children hung compiling their own lane after the parent had run one). Then a process
+of its own times the wide artifact, bounded by ``PROBE_APART_SECONDS``, and only the forked
+serving processes build a lane. A probe that fails or overruns costs the lane, never the model.
 """
 
 from __future__ import annotations
 
+import logging
 import statistics
 import threading
 import time
@@ -28,9 +35,12 @@ from pathlib import Path
 from typing import Any
 
 from inferpool.engine.backends.base import Runtime
+from inferpool.engine.errors import ModelLoadError
 from inferpool.engine.module import InferenceModule
 from inferpool.engine.options import RuntimeOptions
 from inferpool.engine.schema import Array
+
+log = logging.getLogger(__name__)
 
 MIN_CALL_SECONDS = 0.002
 """Below this a call is too short for threads to pay (the digits CNN's 20 µs would only slow down)."""
@@ -43,6 +53,12 @@ REPEATS = 5
 BATCH_PROBE = 8
 """A batched model whose one-sample call cannot gain is measured again at this many samples: a
 16-sentence request gains from threads where one sentence does not."""
+PROBE_APART_SECONDS = 60.0
+"""The longest a wide lane measured in a process of its own may take (``Runtime.wide_probe_apart``:
+its start, compile and timed calls; MiniLM's take a few seconds): past it the model serves
+without the lane, and start-up goes on."""
+LANE_BUILD_SECONDS = 60.0
+"""The longest a serving process waits for its own wide lane to build before serving without it."""
 PROBE_UNDER_SECONDS = 0.02
 """Only a one-sample call shorter than this is measured again at ``BATCH_PROBE`` samples: a longer
 one that did not gain is compute-bound already (a ResNet-50 image, ~80 ms), and probing it cost
@@ -103,6 +119,32 @@ def build_lane(
     return WideLane(runtime, min_rows)
 
 
+def build_lane_bounded(
+    backend: type[Runtime], module: InferenceModule, options: RuntimeOptions, threads: int, min_rows: int = 1,
+    timeout: float = LANE_BUILD_SECONDS,
+) -> tuple[WideLane | None, str]:  # fmt: skip
+    """``build_lane`` on a thread of its own, waited for at most ``timeout`` seconds: a compile that
+    hangs (a thread pool a fork left broken) or fails costs this process its lane, not its start.
+    The lane, or None and why."""
+    built: list[WideLane] = []
+    failed: list[Exception] = []
+
+    def build() -> None:
+        try:
+            built.append(build_lane(backend, module, options, threads, min_rows))
+        except Exception as exc:  # noqa: BLE001 -- any failure costs the lane, never the model
+            failed.append(exc)
+
+    worker = threading.Thread(target=build, name=f"wide-lane-{module.name}", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if built:
+        return built[0], ""
+    if failed:
+        return None, f"building the wide lane failed: {failed[0]}"
+    return None, f"building the wide lane took over {timeout:g} s (its thread is left behind)"
+
+
 def _median_seconds(call: Callable[[], object]) -> float:
     call()  # warm: a new artifact's first run allocates
     times = []
@@ -137,13 +179,53 @@ def lane_memory_refusal(module: InferenceModule, processes: int, available: int)
     )
 
 
+class _HereTimer:
+    """Times the wide artifact in this process, on the lane it builds at the first call (which
+    ``choose`` hands back when the lane is kept)."""
+
+    def __init__(self, backend: type[Runtime], module: InferenceModule, options: RuntimeOptions, cpus: int) -> None:
+        self.backend, self.module, self.options, self.cpus = backend, module, options, cpus
+        self.lane: WideLane | None = None
+
+    def seconds(self, rows: int, example: Mapping[str, Array]) -> float:
+        lane = self.lane = self.lane or build_lane(self.backend, self.module, self.options, self.cpus)
+        return _median_seconds(lambda: lane.runtime.run(example))
+
+
+class _ApartTimer:
+    """Times it in a process of its own (``Runtime.wide_probe_apart``): at its first call, on
+    every sample count ``choose`` may ask for, so that the process starts and compiles once."""
+
+    def __init__(
+        self, backend: type[Runtime], module: InferenceModule, options: RuntimeOptions, cpus: int, rows: list[int]
+    ) -> None:
+        self.backend, self.module, self.options, self.cpus, self.rows = backend, module, options, cpus, rows
+        self.lane: WideLane | None = None  # never built here: a process forked from this one would hang in its own
+        self._seconds: dict[int, float] = {}
+
+    def seconds(self, rows: int, example: Mapping[str, Array]) -> float:
+        if not self._seconds:
+            examples = [_example(self.module, r) for r in self.rows]
+            measured = self.backend.wide_seconds_apart(
+                self.module, self.options, self.cpus, examples, REPEATS, PROBE_APART_SECONDS
+            )
+            self._seconds = dict(zip(self.rows, measured, strict=True))
+        return self._seconds[rows]
+
+
+def _example(module: InferenceModule, rows: int) -> dict[str, Array]:
+    return dict(module.example_inputs) if rows == 1 else module.examples(rows)
+
+
 def choose(
     backend: type[Runtime], narrow: Runtime, module: InferenceModule, options: RuntimeOptions, cpus: int,
-    processes: int = 1,
+    processes: int = 1, forks: bool = False,
 ) -> tuple[WideChoice, WideLane | None]:  # fmt: skip
     """Measure whether ``module`` gains from running alone on ``cpus`` threads; the lane it measured
     on comes back when it does (a process that forks later drops it and builds its own: see
-    ServedModel.start)."""
+    ServedModel.start). ``forks``: this process forks the serving processes later, so a backend
+    whose wide runs would leave them hanging (``wide_probe_apart``) is measured in a process of
+    its own, and no lane comes back."""
     if options.lend_idle_cores == "off":
         return WideChoice(cpus, False, "lend_idle_cores is off"), None
     if options.intra_op_threads > 1 or cpus <= 1:
@@ -157,29 +239,36 @@ def choose(
     refusal = lane_memory_refusal(module, processes, usable_memory_bytes())
     if refusal is not None and options.lend_idle_cores == "auto":
         return WideChoice(cpus, False, refusal), None
-    choice, lane = _measure(backend, narrow, module, options, cpus, 1, None)
-    short = choice.narrow_ms is not None and choice.narrow_ms < PROBE_UNDER_SECONDS * 1e3
-    if not choice.enabled and short and all(spec.batched for spec in module.schema.inputs):
-        choice, lane = _measure(backend, narrow, module, options, cpus, BATCH_PROBE, lane)
-    return choice, lane if choice.enabled else None
+    one = _median_seconds(lambda: narrow.run(module.example_inputs))
+    probe_batches = one < PROBE_UNDER_SECONDS and all(spec.batched for spec in module.schema.inputs)
+    rows = [1, BATCH_PROBE] if probe_batches else [1]
+    apart = forks and backend.wide_probe_apart
+    timer = _ApartTimer(backend, module, options, cpus, rows) if apart else _HereTimer(backend, module, options, cpus)
+    try:
+        choice = _measure(timer, options, cpus, 1, one)
+        if not choice.enabled and probe_batches:
+            example = module.examples(BATCH_PROBE)
+            choice = _measure(timer, options, cpus, BATCH_PROBE, _median_seconds(lambda: narrow.run(example)))
+    except ModelLoadError as exc:  # the lane is an optimisation: the model serves without it
+        log.warning("model %r: no wide lane: %s", module.name, exc)
+        return WideChoice(cpus, False, f"the wide lane could not be measured: {exc}"), None
+    lane = timer.lane if choice.enabled else None
+    if lane is not None:
+        lane.min_rows = choice.min_rows
+    return choice, lane
 
 
 def _measure(
-    backend: type[Runtime], narrow: Runtime, module: InferenceModule, options: RuntimeOptions, cpus: int, rows: int,
-    lane: WideLane | None,
-) -> tuple[WideChoice, WideLane | None]:  # fmt: skip
-    """Narrow and wide on ``rows`` example samples; the lane is built on the first call that needs it."""
-    example = module.example_inputs if rows == 1 else module.examples(rows)
-    narrow_seconds = _median_seconds(lambda: narrow.run(example))
+    timer: _HereTimer | _ApartTimer, options: RuntimeOptions, cpus: int, rows: int, narrow_seconds: float
+) -> WideChoice:
+    """Narrow (measured already) against wide on ``rows`` example samples."""
     at = f"a {rows}-sample call" if rows > 1 else "a call"
     if narrow_seconds < MIN_CALL_SECONDS and options.lend_idle_cores == "auto":
         reason = f"{at} takes {narrow_seconds * 1e3:.3f} ms, under {MIN_CALL_SECONDS * 1e3:g} ms"
-        return WideChoice(cpus, False, reason, round(narrow_seconds * 1e3, 3), min_rows=rows), lane
-    lane = lane or build_lane(backend, module, options, cpus)
-    lane.min_rows = rows
-    wide_seconds = _median_seconds(lambda: lane.runtime.run(example))
+        return WideChoice(cpus, False, reason, round(narrow_seconds * 1e3, 3), min_rows=rows)
+    wide_seconds = timer.seconds(rows, _example(timer.module, rows))
     speedup = narrow_seconds / wide_seconds
     enabled = options.lend_idle_cores == "on" or speedup >= MIN_SPEEDUP
     reason = f"{at} is {speedup:.2f}x faster on {cpus} threads" + ("" if enabled else f", under {MIN_SPEEDUP}x")
     figures = round(narrow_seconds * 1e3, 3), round(wide_seconds * 1e3, 3)
-    return WideChoice(cpus, enabled, reason, *figures, min_rows=rows), lane
+    return WideChoice(cpus, enabled, reason, *figures, min_rows=rows)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from inferpool.engine.backends.parity import Tolerance
@@ -43,6 +43,10 @@ class Runtime(ABC):
     (inferpool.engine.wide: the lane a call running alone in the pod takes)."""
     wide_precisions: ClassVar[tuple[str, ...]] = ("fp32",)
     """The ``runtime.precision`` values whose served artifact ``wide_artifact`` builds again."""
+    wide_probe_apart: ClassVar[bool] = False
+    """A process that ran the wide artifact cannot fork serving processes that build their own
+    (openvino's thread pool: they hang in it). A process that forks later then measures the wide
+    lane in a fresh one (``wide_seconds_apart``) and never builds it itself."""
 
     def __init__(self, module: InferenceModule, options: RuntimeOptions, compiled: Any = None) -> None:
         if self.shared is not None:
@@ -66,6 +70,16 @@ class Runtime(ABC):
     def wide_artifact(cls, module: InferenceModule, options: RuntimeOptions, threads: int) -> Any:
         """The shared artifact again, built to run one call on ``threads`` intra-op threads."""
         raise NotImplementedError(f"{cls.__name__} builds no wide artifact")
+
+    @classmethod
+    def wide_seconds_apart(
+        cls, module: InferenceModule, options: RuntimeOptions, threads: int, examples: Sequence[Mapping[str, Array]],
+        repeats: int, timeout: float,
+    ) -> list[float]:  # fmt: skip
+        """``wide_probe_apart``: the wide artifact's median seconds on each of ``examples`` (after
+        one warm call, ``repeats`` calls each), measured in a process of its own that is gone when
+        this returns; ``ModelLoadError`` when it fails or takes over ``timeout`` seconds."""
+        raise NotImplementedError(f"{cls.__name__} measures its wide artifact in this process")
 
     @classmethod
     def needs_own_artifact(cls, compiled: Any, plan: ThreadPlan, *, forked: bool) -> bool:

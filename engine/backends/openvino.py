@@ -22,7 +22,12 @@ its plan wants more (``needs_own_artifact``), as onnxruntime does for more intra
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import pickle
+import subprocess
+import sys
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -125,6 +130,27 @@ def run_request(request: Any, outputs: Sequence[str], inputs: Mapping[str, Array
     return [np.asarray(result[name]) for name in outputs]
 
 
+def probe_apart(probe: bytes, timeout: float) -> list[float]:
+    """Run inferpool.engine.backends.openvino_probe on ``probe`` in a new interpreter that finds
+    this one's modules; its answer, or ModelLoadError (it failed, or overran ``timeout``)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    command = [sys.executable, "-m", "inferpool.engine.backends.openvino_probe"]
+    try:
+        done = subprocess.run(command, input=probe, capture_output=True, timeout=timeout, env=env, check=False)
+    except subprocess.TimeoutExpired as exc:  # run() killed it
+        raise ModelLoadError(f"the openvino wide probe took over {timeout:g} s") from exc
+    except OSError as exc:
+        raise ModelLoadError(f"the openvino wide probe did not start: {exc}") from exc
+    if done.returncode != 0:
+        last = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no message"]
+        raise ModelLoadError(f"the openvino wide probe exited with {done.returncode}: {last[0]}")
+    try:
+        seconds = json.loads(done.stdout)
+    except ValueError as exc:
+        raise ModelLoadError(f"the openvino wide probe answered {done.stdout[:80]!r}") from exc
+    return [float(s) for s in seconds]
+
+
 def check_parity(module: InferenceModule, compiled: CompiledOpenVino, tolerance: Tolerance) -> None:
     names = [s.name for s in module.schema.outputs]
     got = run_request(compiled.model.create_infer_request(), names, module.example_inputs)
@@ -150,12 +176,12 @@ class OpenVinoRuntime(Runtime):
 
     shared = ("compiled model", CompiledOpenVino)
     threaded_artifact = True
-    wide_artifact_supported = False
-    """Not yet, though ``wide_artifact`` builds one: with the lane on, config/minilm.toml's serving
-    processes never became ready: the lane probe compiles and runs a two-thread model in the parent
-    before the fork, and each forked child then hung in ``compile_model`` of its own lane (seen
-    with a stack dump); with ``lend_idle_cores = "off"`` they start. Turning this on needs the
-    probe out of the parent (or a child that can compile after it)."""
+    wide_artifact_supported = True
+    wide_probe_apart = True
+    """A parent that ran a model of two threads leaves the children it forks later hanging in
+    ``compile_model`` of their own lane (config/minilm.toml's serving processes never became
+    ready; seen with a stack dump): the supervisor times the lane in a fresh interpreter
+    (``wide_seconds_apart``) and only the forked serving processes build it."""
     wide_precisions = ("fp32", "bf16")  # int8 serves a quantized file, which wide_artifact does not compile
     tolerance = Tolerance(rtol=1e-3, atol=1e-5)  # fused and reordered float ops, as onnxruntime's
 
@@ -200,6 +226,23 @@ class OpenVinoRuntime(Runtime):
         model, where, _ = model_file(module, options)
         served = "bf16" if bf16_verdict(module, options, "openvino") == "bf16" else "fp32"
         return compile_file(module, model, where, 1, threads, served)
+
+    @classmethod
+    def wide_seconds_apart(
+        cls, module: InferenceModule, options: RuntimeOptions, threads: int, examples: Sequence[Mapping[str, Array]],
+        repeats: int, timeout: float,
+    ) -> list[float]:  # fmt: skip
+        """``wide_artifact``'s median seconds on each example, timed by inferpool.engine.backends.openvino_probe
+        in an interpreter of its own (this process compiles and runs nothing threaded)."""
+        model, _, _ = model_file(module, options)
+        served = "bf16" if bf16_verdict(module, options, "openvino") == "bf16" else "fp32"
+        probe = {
+            "model": str(model) if isinstance(model, Path) else model,
+            "config": compile_config(1, threads, served),
+            "examples": [{name: np.ascontiguousarray(a) for name, a in example.items()} for example in examples],
+            "repeats": repeats,
+        }
+        return probe_apart(pickle.dumps(probe), timeout)
 
     @classmethod
     def release_weights(cls, module: InferenceModule) -> None:
