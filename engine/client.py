@@ -114,6 +114,8 @@ class ModelStats:
     replaced_workers: int
     """Worker threads restarted after one died (running total)."""
     accepting: bool
+    wide_calls: int = 0
+    """Calls that ran alone on the wide lane, every core (inferpool.engine.wide; running total)."""
 
     @property
     def queued(self) -> int:

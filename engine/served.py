@@ -249,6 +249,7 @@ class ServedModel:
             failed_replacements=self.runtimes.failed_replacements,
             replaced_workers=self.replaced_workers,
             accepting=self.accepting,
+            wide_calls=0 if self.runtimes.wide is None else self.runtimes.wide.calls,
         )
 
     @property

@@ -18,6 +18,9 @@ and one thread answers in a forked child; one with two streams hangs the child's
 (its stream threads stayed in the parent), while a model compiled afresh in the child works. So
 a forked process rebuilds its own whenever the parent's has more than one stream or thread or
 its plan wants more (``needs_own_artifact``), as onnxruntime does for more intra-op threads.
+The wide lane (inferpool.engine.wide: one stream of every core, for a call alone in the pod)
+is never compiled in a parent that forks: a fresh interpreter times it
+(inferpool.engine.backends.openvino_probe), and each forked process builds its own.
 """
 
 from __future__ import annotations
@@ -178,10 +181,12 @@ class OpenVinoRuntime(Runtime):
     threaded_artifact = True
     wide_artifact_supported = True
     wide_probe_apart = True
-    """A parent that ran a model of two threads leaves the children it forks later hanging in
-    ``compile_model`` of their own lane (config/minilm.toml's serving processes never became
-    ready; seen with a stack dump): the supervisor times the lane in a fresh interpreter
-    (``wide_seconds_apart``) and only the forked serving processes build it."""
+    """A parent that compiled and ran a model of two threads, and dropped it before the fork,
+    leaves its children hanging in ``compile_model`` of their own lane (config/minilm.toml's
+    serving processes never became ready, seen with a stack dump; reproduced on digits, whose
+    child compiled fine while the parent still held the model): the supervisor times the lane
+    in a fresh interpreter (``wide_seconds_apart``), and only the forked serving processes
+    build it, each its own."""
     wide_precisions = ("fp32", "bf16")  # int8 serves a quantized file, which wide_artifact does not compile
     tolerance = Tolerance(rtol=1e-3, atol=1e-5)  # fused and reordered float ops, as onnxruntime's
 

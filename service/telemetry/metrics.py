@@ -144,6 +144,8 @@ class Metrics:
         self.runtime_replacements = Counter(*replaced, MODEL_LABELS, registry=r)
         restarted = "inferpool_worker_replacements", "Worker threads restarted after one died."
         self.worker_replacements = Counter(*restarted, MODEL_LABELS, registry=r)
+        wide = "inferpool_wide_lane_calls", "Model calls that ran alone in the pod on every core (the wide lane)."
+        self.wide_lane_calls = Counter(*wide, MODEL_LABELS, registry=r)
         self._seen_replacements: dict[tuple[str, Labels], int] = {}
         self._refreshed: dict[Labels, float] = {}
         self.in_flight = gauge("inferpool_inflight_requests", "Requests accepted and not yet answered.")
@@ -216,6 +218,7 @@ class Metrics:
             self.queue_depth.labels(*labels).set(stats.queued)
             self._count_up(self.runtime_replacements, labels, stats.replaced_runtimes)
             self._count_up(self.worker_replacements, labels, stats.replaced_workers)
+            self._count_up(self.wide_lane_calls, labels, stats.wide_calls)
             if self._door is not None:
                 inside, limit = self._door()
                 self.door_requests.set(inside)

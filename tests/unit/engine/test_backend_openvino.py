@@ -2,6 +2,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pickle
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -9,7 +12,7 @@ import pytest
 import torch
 
 from inferpool.engine import BACKENDS, InferenceModule, ModelLoadError, RuntimeOptions, ServedModel, load_model
-from inferpool.engine.backends.openvino import CompiledOpenVino, OpenVinoRuntime
+from inferpool.engine.backends.openvino import CompiledOpenVino, OpenVinoRuntime, probe_apart
 from inferpool.engine.threads import ThreadPlan
 from inferpool.engine.zoo.digits import build as build_digits
 from inferpool.engine.zoo.mlp import build as build_mlp
@@ -172,3 +175,56 @@ def test_named_it_moves_the_torch_weights_out_of_memory(tmp_path, images, refere
     assert not mapped(auto)
     OpenVinoRuntime.release_weights(auto)  # auto chose it
     assert mapped(auto)
+
+
+# A supervisor's life in a fresh interpreter (this one ran models of two streams already): load,
+# choose the wide lane, fork, build the lane there. Measured on the old code, which built the
+# lane here to time it and dropped it before the fork: the child's lane never compiled.
+FORKED_LANE = """
+import os, signal
+from inferpool.engine import InferenceModule, RuntimeOptions
+from inferpool.engine.backends.openvino import OpenVinoRuntime
+from inferpool.engine.wide import build_lane_bounded, choose
+from inferpool.engine.zoo.digits import build
+module = InferenceModule.from_spec(build())
+options = RuntimeOptions(backend="openvino", lend_idle_cores="on", warmup_iters=1)
+narrow = OpenVinoRuntime(module, options, OpenVinoRuntime.compile(module, options))
+narrow.run(module.example_inputs)
+threads = len(os.listdir("/proc/self/task"))
+choice, lane = choose(OpenVinoRuntime, narrow, module, options, cpus=2, forks=True)
+assert choice.enabled and choice.wide_ms and lane is None, choice
+assert len(os.listdir("/proc/self/task")) == threads  # nothing threaded ran here
+pid = os.fork()
+if pid == 0:
+    signal.alarm(60)  # a child of a parent that had run the lane hung in compile_model
+    lane, why = build_lane_bounded(OpenVinoRuntime, module, options, 2, timeout=30)
+    os._exit(0 if lane is not None and lane.try_run(module.examples(4)) is not None else 3)
+print("child", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+"""
+
+
+def test_a_supervisor_times_the_lane_apart_and_its_forked_child_builds_one():
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    done = subprocess.run([sys.executable, "-c", FORKED_LANE], capture_output=True, text=True, timeout=180, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-2:] == ["child", "0"], done.stdout
+
+
+def test_opts_into_the_wide_lane_timed_apart():
+    assert OpenVinoRuntime.wide_artifact_supported
+    assert OpenVinoRuntime.wide_probe_apart
+    assert "bf16" in OpenVinoRuntime.wide_precisions
+
+
+def test_the_probe_apart_times_each_example(digits_module, options):
+    examples = [digits_module.example_inputs, digits_module.examples(8)]
+    seconds = OpenVinoRuntime.wide_seconds_apart(digits_module, options, 2, examples, repeats=2, timeout=120)
+    assert len(seconds) == 2
+    assert all(0 < s < 1 for s in seconds)
+
+
+def test_a_probe_that_fails_or_overruns_says_so():
+    with pytest.raises(ModelLoadError, match="exited with 1: "):
+        probe_apart(b"not a pickle", timeout=60)
+    with pytest.raises(ModelLoadError, match=r"took over 0.001 s"):
+        probe_apart(pickle.dumps({}), timeout=0.001)

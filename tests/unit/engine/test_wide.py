@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 
 from inferpool.engine.backends.base import Runtime
+from inferpool.engine.errors import ModelLoadError
 from inferpool.engine.module import InferenceModule
 from inferpool.engine.options import RuntimeOptions
 from inferpool.engine.pod_load import PodLoad
 from inferpool.engine.runtime_set import RuntimeSet
-from inferpool.engine.wide import WideLane, choose, lane_memory_refusal, usable_memory_bytes
+from inferpool.engine.wide import WideLane, build_lane_bounded, choose, lane_memory_refusal, usable_memory_bytes
 from inferpool.engine.zoo.mlp import build as build_mlp
 
 
@@ -176,3 +177,85 @@ def test_a_precision_the_backend_cannot_build_wide_gets_no_lane(module):
     choice, lane = choose(both, both(module, options), module, options, cpus=2)
     assert choice.enabled, choice
     assert lane is not None
+
+
+class Apart(Sleeper):
+    """A backend whose wide runs would break a later fork: timed by ``wide_seconds_apart`` only."""
+
+    wide_probe_apart = True
+    asked: ClassVar[list[list[int]]] = []
+
+    @classmethod
+    def wide_artifact(cls, module: InferenceModule, options: RuntimeOptions, threads: int) -> Any:
+        raise AssertionError("built in the process that forks later")
+
+    @classmethod
+    def wide_seconds_apart(cls, module, options, threads, examples, repeats, timeout) -> list[float]:
+        cls.asked.append([next(iter(e.values())).shape[0] for e in examples])
+        return [cls.wide for _ in examples]
+
+
+def test_a_process_that_forks_later_times_the_lane_apart_and_keeps_none(module):
+    class Forks(Apart):
+        asked: ClassVar[list[list[int]]] = []
+
+    backend = Forks
+    choice, lane = choose(backend, backend(module, RuntimeOptions()), module, RuntimeOptions(), cpus=2, forks=True)
+    assert choice.enabled, choice
+    assert lane is None  # the serving processes build their own (ServedModel.start)
+    assert choice.wide_ms == pytest.approx(2.0)
+    assert backend.asked == [[1, 8]]  # one process, every sample count choose may ask for
+
+
+def test_a_process_that_serves_itself_times_the_lane_here(module):
+    backend = type("Here", (Apart,), {"wide_artifact": classmethod(lambda cls, m, o, t: "wide")})
+    choice, lane = choose(backend, backend(module, RuntimeOptions()), module, RuntimeOptions(), cpus=2)
+    assert choice.enabled, choice
+    assert lane is not None
+    assert lane.runtime.compiled == "wide"
+
+
+def test_a_batch_gain_measured_apart_starts_one_process(module):
+    class RowsApart(RowSleeper):
+        wide_probe_apart = True
+        asked: ClassVar[list[int]] = []
+
+        @classmethod
+        def wide_seconds_apart(cls, module, options, threads, examples, repeats, timeout) -> list[float]:
+            cls.asked.append(1)
+            return [next(iter(e.values())).shape[0] * 0.00015 for e in examples]
+
+    backend = RowsApart
+    choice, lane = choose(backend, backend(module, RuntimeOptions()), module, RuntimeOptions(), cpus=2, forks=True)
+    assert (choice.enabled, choice.min_rows, lane) == (True, 8, None), choice
+    assert backend.asked == [1]
+
+
+def test_a_probe_that_fails_apart_costs_the_lane_not_the_model(module):
+    def fails(cls, module, options, threads, examples, repeats, timeout):
+        raise ModelLoadError("the probe took over 60 s")
+
+    backend = type("Fails", (Apart,), {"wide_seconds_apart": classmethod(fails)})
+    choice, lane = choose(backend, backend(module, RuntimeOptions()), module, RuntimeOptions(), cpus=2, forks=True)
+    assert (choice.enabled, lane) == (False, None)
+    assert "could not be measured: the probe took over 60 s" in choice.reason
+
+
+def test_a_lane_that_hangs_or_fails_to_build_is_given_up_in_bounded_time(module):
+    hangs = type("Hangs", (Sleeper,), {"wide_artifact": classmethod(lambda cls, m, o, t: time.sleep(5))})
+    started = time.perf_counter()
+    lane, why = build_lane_bounded(hangs, module, RuntimeOptions(warmup_iters=0), 2, timeout=0.2)
+    assert time.perf_counter() - started < 2
+    assert lane is None
+    assert "took over 0.2 s" in why
+
+    def broken(cls, m, o, t):
+        raise RuntimeError("no such device")
+
+    fails = type("Broken", (Sleeper,), {"wide_artifact": classmethod(broken)})
+    lane, why = build_lane_bounded(fails, module, RuntimeOptions(warmup_iters=0), 2, timeout=5)
+    assert lane is None
+    assert "failed: no such device" in why
+    lane, why = build_lane_bounded(Sleeper, module, RuntimeOptions(warmup_iters=0), 2, min_rows=8, timeout=5)
+    assert lane is not None
+    assert (lane.runtime.compiled, lane.min_rows, why) == ("wide", 8, "")
