@@ -10,10 +10,12 @@ queue delay. In four steps, never past ``--budget``:
    clients or open loop at ``--rate`` requests/s, of the model's example or of ``--requests``,
    a JSONL file of POST /predict bodies), stopping a trial early once it cannot win;
 3. measure the defaults again, as at the start: how far they drifted bounds the noise;
-4. confirm: the winner against the defaults (serve with the settings given here, untuned), in
-   interleaved rounds: the throughput ratio and whether the objective held; print every trial;
-   write the winner's config (``--out``/tuned.toml, for ``inferpool serve --config``) only when
-   the confirmation shows it ahead of the defaults beyond the measured noise, else say the
+4. confirm: the two best settings of the trials against the defaults (serve with the settings
+   given here, untuned), in interleaved rounds: each one's throughput ratio and whether the
+   objective held; the winner is the one these rounds put furthest ahead (the best of single
+   noisy trials reads high for having been picked); print every trial; write the winner's
+   config (``--out``/tuned.toml, for ``inferpool serve --config``) only when the confirmation
+   shows it ahead of the defaults beyond the measured noise, else say the
    defaults are the answer (cli/tune/decide.py); trials.json and a Pareto plot of throughput
    against p99 either way.
 
@@ -37,9 +39,9 @@ from pathlib import Path
 
 from inferpool.cli.argv import config_argument, refuse, settings_from_argv
 from inferpool.cli.tune.budget import Budget, format_seconds, parse_duration
-from inferpool.cli.tune.confirm import Confirmation, confirm, reserve, shortest
+from inferpool.cli.tune.confirm import confirm_all, reserve, shortest
 from inferpool.cli.tune.costs import CostMeter, Costs, batch_sizes, measure_costs
-from inferpool.cli.tune.decide import decide, met_objective
+from inferpool.cli.tune.decide import Finalist, decide, met_objective, pick
 from inferpool.cli.tune.measure import WARMUP, drift, pin_generator, placement
 from inferpool.cli.tune.precision import int8_trial
 from inferpool.cli.tune.progress import Progress
@@ -191,10 +193,10 @@ def _search(trials: Trials, costs: Costs, settings: Settings, out: Path, progres
     fits = budget.left() - trials.again_seconds() >= shortest()
     end = trials.again(defaults, DEFAULTS_AGAIN) if fits else None
     moved = None if end is None or end.summary is None else drift(defaults.summary, end.summary)
-    choice = trials.choice
-    best = None if choice is None else choice.chosen
-    confirmation = _confirm(trials, best, progress)
+    confirmations = _confirm(trials, progress)
     trials.close()
+    choice, confirmation = pick(trials.choice, confirmations)
+    best = None if choice is None else choice.chosen
     decision = decide(choice, confirmation, moved)
     print(format_table([*trials.done, *([end] if end else [])], choice))
     if passed:
@@ -202,7 +204,7 @@ def _search(trials: Trials, costs: Costs, settings: Settings, out: Path, progres
     if not_run:
         print(f"{not_run} of {len(space.candidates)} settings not run: the budget left could not hold them")
     print(verdict(choice, load))
-    outcome = Outcome(decision, confirmation, end, moved)
+    outcome = Outcome(decision, confirmation, end, moved, confirmations, choice)
     for line in confirmation_lines(outcome, load, trials.done[0], best):
         print(line)
     print(decision.reason)
@@ -212,17 +214,27 @@ def _search(trials: Trials, costs: Costs, settings: Settings, out: Path, progres
     return 0 if met_objective(decision, choice, defaults, confirmation) else 1
 
 
-def _confirm(trials: Trials, best: Trial | None, progress: Progress) -> Confirmation | None:
+def _confirm(trials: Trials, progress: Progress) -> list[Finalist]:
+    """The finalists against the defaults (just the defaults against themselves when no other
+    setting was measured: the ratio is then this machine's noise)."""
     defaults_port = trials.port(trials.done[0])
-    if defaults_port is None or best is None:
-        return None
-    # Starting the chosen one's server again, when it was stopped, may take what the slices
-    # would have had, but never what the shortest confirmation needs.
-    tuned_port = trials.serve(best, trials.budget.left() - shortest())
-    if tuned_port is None:
-        return None
-    progress.say(f"confirmation: {best.name} against the defaults, interleaved")
-    return confirm(defaults_port, tuned_port, trials.plan.workload, trials.plan.load, trials.budget, progress)
+    finalists = trials.finalists or [trials.done[0]]
+    if defaults_port is None or trials.choice is None:
+        return []
+    ports: list[tuple[Trial, int]] = []
+    for finalist in finalists:
+        # Starting a finalist's server again, when it was stopped, may take what the slices
+        # would have had, but never what the shortest confirmation needs.
+        port = trials.serve(finalist, trials.budget.left() - shortest())
+        if port is not None:
+            ports.append((finalist, port))
+    if not ports:
+        return []
+    names = " and ".join(f.name for f, _ in ports)
+    progress.say(f"confirmation: {names} against the defaults, interleaved")
+    found = confirm_all(defaults_port, [p for _, p in ports], trials.plan.workload, trials.plan.load,
+                        trials.budget, progress)  # fmt: skip
+    return [Finalist(f, c) for (f, _), c in zip(ports, found, strict=False)]
 
 
 def _measure(meter: CostMeter, settings: Settings, load: Load, budget: Budget) -> Costs:

@@ -1,6 +1,8 @@
-"""``inferpool tune``'s last step: the winner against the defaults, both servers up, in interleaved
-rounds (defaults-tuned, tuned-defaults, ...) so that a noisy neighbour slows both alike; the
-ratio of their throughputs and whether the objective held for each, on the same clock. Each
+"""``inferpool tune``'s last step: the trials' two best settings against the defaults, all their
+servers up, in interleaved rounds (defaults-tuned, tuned-defaults, ...) so that a noisy
+neighbour slows both alike; for each, the ratio of its throughput to the defaults' and whether the
+objective held, on the same clock. The winner is named from these rounds, not from the trials
+(inferpool.cli.tune.rank.finalists says why). Each
 slice is measured as a trial is (inferpool.cli.tune.measure: same warm-up, same generator
 placement), and each round's own ratio is kept. A slice right after the other server's runs
 slower than one after its own (measured: rounds of 0.95, 1.90, 1.04, 1.95 for the MLP, where
@@ -9,6 +11,7 @@ tuned-defaults, in which that order effect cancels, as it does in the ratio of t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from inferpool.cli.tune.budget import Budget
@@ -18,6 +21,11 @@ from inferpool.cli.tune.space import Load
 from inferpool.harness.load import Summary, Window, Workload
 
 ROUNDS = 4
+"""Rounds per setting confirmed: two pairs, defaults-tuned then tuned-defaults."""
+FINALISTS = 2
+"""Settings confirmed: the two best of the trials. The best of a ranking of single noisy trials
+reads high for having been picked, so the runner-up is confirmed too, and the winner is named
+from the confirmation's rounds (inferpool.cli.tune.rank.finalists)."""
 OVERHEAD = 0.25
 """Per slice, beyond its warm-up and measuring: a fresh event loop, the connections opened
 before the clock starts and the clients cancelled after it stops (inferpool.harness.load.drive)."""
@@ -25,24 +33,25 @@ MIN_SLICE = 0.5
 MAX_SLICE = 5.0
 
 
-def reserve(budget_seconds: float) -> float:
-    """Seconds to keep for the confirmation: ROUNDS x 2 slices of ~1 % of the budget each."""
-    return 2 * ROUNDS * (slice_seconds(budget_seconds) + WARMUP + OVERHEAD) + 1.0
+def reserve(budget_seconds: float, settings: int = FINALISTS) -> float:
+    """Seconds to keep for the confirmation: ROUNDS x 2 slices of ~1 % of the budget for each
+    of ``settings``."""
+    return settings * 2 * ROUNDS * (slice_seconds(budget_seconds) + WARMUP + OVERHEAD) + 1.0
 
 
-def shortest() -> float:
-    """Seconds the shortest confirmation worth running takes."""
-    return 2 * ROUNDS * (MIN_SLICE + WARMUP + OVERHEAD)
+def shortest(settings: int = 1) -> float:
+    """Seconds the shortest confirmation worth running takes (of one setting, by default)."""
+    return settings * 2 * ROUNDS * (MIN_SLICE + WARMUP + OVERHEAD)
 
 
 def slice_seconds(budget_seconds: float) -> float:
     return min(MAX_SLICE, max(1.0, budget_seconds / 100))
 
 
-def fitting_slice(budget_seconds: float, left: float) -> float | None:
+def fitting_slice(budget_seconds: float, left: float, settings: int = 1) -> float | None:
     """The measured seconds per slice: ~1 % of the budget, but no more than ``left`` seconds
-    hold for all 2 x ROUNDS of them; None when not even MIN_SLICE fits."""
-    slice_ = min(slice_seconds(budget_seconds), left / (2 * ROUNDS) - WARMUP - OVERHEAD)
+    hold for all ``settings`` x 2 x ROUNDS of them; None when not even MIN_SLICE fits."""
+    slice_ = min(slice_seconds(budget_seconds), left / (settings * 2 * ROUNDS) - WARMUP - OVERHEAD)
     return None if slice_ < MIN_SLICE else slice_
 
 
@@ -72,28 +81,48 @@ class Confirmation:
 def confirm(
     defaults_port: int, tuned_port: int, workload: Workload, load: Load, budget: Budget, progress: Progress
 ) -> Confirmation | None:
-    """None when too little of the budget is left for even short slices."""
-    slice_ = fitting_slice(budget.seconds, budget.left())
+    """One setting against the defaults; None when too little of the budget is left for even
+    short slices."""
+    found = confirm_all(defaults_port, [tuned_port], workload, load, budget, progress)
+    return found[0] if found else None
+
+
+def confirm_all(
+    defaults_port: int, ports: Sequence[int], workload: Workload, load: Load, budget: Budget, progress: Progress
+) -> list[Confirmation]:
+    """Each of ``ports`` against the defaults, as many of them, best first, as the budget left
+    holds (none when not even one does). Their pairs of rounds alternate (defaults-a, a-defaults,
+    defaults-b, b-defaults, defaults-a, ...), so that a neighbour's noise falls on all alike,
+    and each pair is one setting's own, in which the order effect cancels."""
+    count = len(ports)
+    while count and fitting_slice(budget.seconds, budget.left(), count) is None:
+        count -= 1
+    slice_ = fitting_slice(budget.seconds, budget.left(), count) if count else None
     if slice_ is None:
-        return None
-    ports = (defaults_port, tuned_port)  # the same port when the defaults won
-    windows: tuple[list[Window], list[Window]] = ([], [])
+        return []
+    windows: list[tuple[list[Window], list[Window]]] = [([], []) for _ in range(count)]  # (the defaults', its own)
     shares: list[float] = []
-    for round_ in range(ROUNDS):
-        for side in (0, 1) if round_ % 2 == 0 else (1, 0):
-            progress.update(f"confirmation round {round_ + 1}/{ROUNDS}", budget.left())
-            measured = measure(ports[side], workload, slice_)
-            windows[side].append(measured.window)
-            shares.append(measured.generator_cpus)
-    defaults, tuned = merged(windows[0]), merged(windows[1])
-    rounds = [round(_ratio(d.summary(), t.summary(), load), 3) for d, t in zip(*windows, strict=True)]
+    for pair in range(ROUNDS // 2):
+        for setting, port in enumerate(ports[:count]):
+            for round_, sides in enumerate(((0, 1), (1, 0))):
+                progress.update(f"confirmation round {2 * pair + round_ + 1}/{ROUNDS}", budget.left())
+                for side in sides:
+                    measured = measure((defaults_port, port)[side], workload, slice_)
+                    windows[setting][side].append(measured.window)
+                    shares.append(measured.generator_cpus)
+    share = round(sum(shares) / len(shares), 3)
+    return [_against(theirs, mine, slice_, load, share) for theirs, mine in windows]
+
+
+def _against(theirs: list[Window], mine: list[Window], slice_: float, load: Load, share: float) -> Confirmation:
+    defaults, tuned = merged(theirs), merged(mine)
+    rounds = [round(_ratio(d.summary(), t.summary(), load), 3) for d, t in zip(theirs, mine, strict=True)]
     pairs = [
-        round(_ratio(merged(windows[0][k : k + 2]), merged(windows[1][k : k + 2]), load), 3)
-        for k in range(0, ROUNDS - 1, 2)
+        round(_ratio(merged(theirs[k : k + 2]), merged(mine[k : k + 2]), load), 3) for k in range(0, ROUNDS - 1, 2)
     ]
     return Confirmation(
         ROUNDS, round(slice_, 2), defaults, tuned, _ratio(defaults, tuned, load), load.met_by(tuned),
-        load.met_by(defaults), rounds, pairs, round(sum(shares) / len(shares), 3),
+        load.met_by(defaults), rounds, pairs, share,
     )  # fmt: skip
 
 

@@ -1,6 +1,7 @@
-"""What ``inferpool tune`` recommends, after the confirmation: a setting other than the defaults
-only when the confirmation shows it ahead of them beyond the measured noise; otherwise the
-defaults are the answer, and no config file is written for a setting that may be slower.
+"""What ``inferpool tune`` recommends, after the confirmation: of the finalists (``pick``), the
+one the confirmation put furthest ahead of the defaults, and it only when that is beyond the
+measured noise; otherwise the defaults are the answer, and no config file is written for a
+setting that may be slower.
 
 The bar is the largest of: NOISE (a short trial's noise on a shared machine), the defaults'
 drift (the same server measured at the start and the end of the search, the same way:
@@ -11,6 +12,7 @@ objective must also hold it in the confirmation wherever the defaults did.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from inferpool.cli.tune.confirm import Confirmation
@@ -31,6 +33,36 @@ class Decision:
     bar: float
     """The ratio over the defaults had to exceed 1 + bar."""
     reason: str
+
+
+@dataclass(frozen=True)
+class Finalist:
+    """A setting the confirmation measured against the defaults, and what it found."""
+
+    trial: Trial
+    confirmation: Confirmation
+
+
+def pick(
+    choice: Choice[Trial] | None, finalists: Sequence[Finalist]
+) -> tuple[Choice[Trial] | None, Confirmation | None]:
+    """The setting to decide on and its confirmation: of the finalists, the one the confirmation
+    put furthest ahead of the defaults, preferring those that held the objective there wherever
+    the defaults did; when a trial met the objective, only finalists whose trials met it too."""
+    if choice is None or not finalists:
+        return choice, None
+    eligible = [f for f in finalists if f.trial.met or not choice.met or f.trial is choice.chosen]
+    if not eligible:
+        return choice, None
+
+    def preference(finalist: Finalist) -> tuple[bool, float]:
+        c = finalist.confirmation
+        return c.held or not c.defaults_held, c.ratio
+
+    best = max(eligible, key=preference)
+    if best.trial is choice.chosen:
+        return choice, best.confirmation
+    return Choice(best.trial, best.trial.met, best.trial, [best.trial]), best.confirmation
 
 
 def decide(choice: Choice[Trial] | None, confirmation: Confirmation | None, drift: float | None) -> Decision:

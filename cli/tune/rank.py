@@ -111,6 +111,22 @@ def choose(trials: Sequence[T], load: Load) -> Choice[T] | None:
     return Choice(closest, False, leader, ties)
 
 
+def finalists(trials: Sequence[T], load: Load, count: int) -> list[T]:
+    """Up to ``count`` trials other than the defaults, in the order ``choose`` would name them
+    (the choice, then the choice among the rest, ...): the ones the confirmation measures
+    against the defaults. The first of a ranking of single noisy trials reads high (it was
+    picked for its figure), so the confirmation, not the trials, decides among these. When a
+    trial met the objective, only trials that met it are finalists."""
+    overall = choose(trials, load)
+    strict = overall is not None and overall.met
+    left = [t for t in trials if t.name != DEFAULTS and (t.met or not strict)]
+    picked: list[T] = []
+    while len(picked) < count and (choice := choose(left, load)) is not None:
+        picked.append(choice.chosen)
+        left.remove(choice.chosen)
+    return picked
+
+
 def _met_preference(trial: Ranked, load: Load) -> float:
     summary = _summary(trial)
     if load.concurrency is not None:

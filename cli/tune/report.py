@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from inferpool.cli.tune.config import write_config
 from inferpool.cli.tune.confirm import Confirmation
 from inferpool.cli.tune.costs import Costs
-from inferpool.cli.tune.decide import AGREEMENT, Decision, agreement
+from inferpool.cli.tune.decide import AGREEMENT, Decision, Finalist, agreement
 from inferpool.cli.tune.measure import HUNGRY
 from inferpool.cli.tune.rank import DEFAULTS, Choice, describe_miss, miss
 from inferpool.cli.tune.space import Knobs, Load
@@ -145,6 +145,10 @@ class Outcome:
     again: Trial | None
     """The defaults measured again at the end of the search (None when the budget had no room)."""
     drift: float | None
+    finalists: list[Finalist] = field(default_factory=list)
+    """Every setting the confirmation measured against the defaults, ``confirmation``'s among them."""
+    choice: Choice[Trial] | None = None
+    """The setting decided on (inferpool.cli.tune.decide.pick); None: the trials' own choice."""
 
 
 def confirmation_lines(outcome: Outcome, load: Load, defaults: Trial, best: Trial | None) -> list[str]:
@@ -177,7 +181,20 @@ def confirmation_lines(outcome: Outcome, load: Load, defaults: Trial, best: Tria
         off = any(a is not None and abs(a - 1) > AGREEMENT for _, a in sides)
         warn = f": more than {AGREEMENT:.0%} apart, the trials' ranking is within their noise" if off else ""
         lines.append(f"  confirmation over trial, throughput: {', '.join(shown)}{warn}")
+    for other in outcome.finalists:
+        if other.confirmation is not c:
+            o = other.confirmation
+            seen = agreement(other.trial, o.tuned.throughput)
+            trial_ratio = "" if seen is None else f", {seen:.2f}x its trial"
+            lines.append(f"  also measured: {other.trial.name} {o.ratio:.2f}x the defaults (noise ±{o.noise:.2f}), "
+                         f"objective {'held' if o.held else 'missed'}{trial_ratio}")  # fmt: skip
     return lines
+
+
+def _finalist(finalist: Finalist) -> dict[str, Any]:
+    c, trial = finalist.confirmation, finalist.trial
+    return {"name": trial.name, "ratio": round(c.ratio, 3), "noise": round(c.noise, 3), "held": c.held,
+            "throughput": round(c.tuned.throughput, 1), "over_trial": agreement(trial, c.tuned.throughput)}  # fmt: skip
 
 
 def _drift_lines(outcome: Outcome, defaults: Trial) -> list[str]:
@@ -205,7 +222,7 @@ def write_results(
 ) -> list[str]:
     """The Pareto plot, the confirmed setting's config (tuned.toml, or closest.toml when none met
     the objective; none when the defaults are the answer) and trials.json; a line on each."""
-    load, choice, decision = trials.plan.load, trials.choice, outcome.decision
+    load, choice, decision = trials.plan.load, outcome.choice or trials.choice, outcome.decision
     best = None if choice is None else choice.chosen
     chosen = best if choice is not None and choice.met else None
     written = [plot_pareto(trials.done, load, choice, out / "pareto.png")]
@@ -233,6 +250,7 @@ def write_results(
         if chosen is not None or best is None or best.summary is None
         else round(miss(best.summary, load), 3),  # p99 over the objective's (inferpool.cli.tune.rank.miss)
         "confirmation": None if outcome.confirmation is None else asdict(outcome.confirmation),
+        "finalists": [_finalist(f) for f in outcome.finalists],
         "answer": decision.answer,
         "confirmed": decision.confirmed,
         "bar": round(decision.bar, 3),

@@ -11,10 +11,10 @@ A trial stops early when (after MIN_SAMPLES answers and a quarter of its time):
   confirmation contradicted it: docs/BENCHMARKS.md, "inferpool tune (issue 20)");
 - in a closed loop, its throughput so far, even WIN_MARGIN higher, is below the best trial's
   that met the objective.
-The servers of the defaults and of the trial chosen so far (inferpool.cli.tune.rank) stay up (idle) for
-the confirmation run; when the choice moves back to a trial whose server was stopped (among
-trials that missed, a new lowest p99 can make an earlier one the closest), ``serve`` starts
-it again, within the budget.
+The servers of the defaults and of the finalists so far (the two best trials:
+inferpool.cli.tune.rank.finalists) stay up (idle) for the confirmation run; when the ranking
+moves back to a trial whose server was stopped (among trials that missed, a new lowest p99 can
+make an earlier one the closest), ``serve`` starts it again, within the budget.
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ from typing import Any
 
 from inferpool.cli.tune.budget import Budget
 from inferpool.cli.tune.config import write_config
-from inferpool.cli.tune.confirm import OVERHEAD, slice_seconds
+from inferpool.cli.tune.confirm import FINALISTS, OVERHEAD, slice_seconds
 from inferpool.cli.tune.measure import SHARED, Placement, measure, slices
 from inferpool.cli.tune.progress import Progress
-from inferpool.cli.tune.rank import DEFAULTS, Choice, choose, p99_noise
+from inferpool.cli.tune.rank import DEFAULTS, Choice, choose, finalists, p99_noise
 from inferpool.cli.tune.space import Knobs, Load
 from inferpool.config import Settings
 from inferpool.harness.load import Summary, Window, Workload
@@ -216,12 +216,17 @@ class Trials:
         trials = min(self.queued, int(after // self.estimate()))
         return min(self.budget.left(), current + trials * self.estimate() + self.budget.reserve)
 
+    @property
+    def finalists(self) -> list[Trial]:
+        """The settings the confirmation measures against the defaults (inferpool.cli.tune.rank)."""
+        return finalists(self.done, self.plan.load, FINALISTS)
+
     def _keep_or_stop(self, trial: Trial, stack: ExitStack, port: int) -> None:
-        """Keep the server of the defaults and of the trial chosen so far; stop the others."""
+        """Keep the servers of the defaults and of the finalists so far; stop the others."""
         self.servers[trial.name] = (stack, port)
-        best = self.best
+        kept = {DEFAULTS, *(t.name for t in self.finalists)}
         for name in list(self.servers):
-            if name != DEFAULTS and (best is None or name != best.name):
+            if name not in kept:
                 self.stop(name)
 
     def port(self, trial: Trial) -> int | None:
