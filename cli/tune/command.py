@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 
 from inferpool.cli.argv import config_argument, refuse, settings_from_argv
+from inferpool.cli.tune import lengths
 from inferpool.cli.tune.budget import Budget, format_seconds, parse_duration
 from inferpool.cli.tune.confirm import confirm_all, reserve, shortest
 from inferpool.cli.tune.costs import CostMeter, Costs, batch_sizes, measure_costs
@@ -99,12 +100,21 @@ def tune_main(argv: list[str]) -> int:
         refuse("inferpool tune", exc)
         return 2
     load = Load(args.p99_ms / 1e3, args.concurrency, args.rate)
-    trial_seconds = args.trial_seconds or min(10.0, max(2.0, seconds / 60))
+    trial_seconds = args.trial_seconds or min(10.0, max(2.0, seconds / 60))  # the least, unless given
     serve_args = ([] if args.config is None else ["--config", str(args.config)]) + rest
     progress = Progress(budget)
     try:
         return _tune(
-            settings, serve_args, load, bodies, budget, trial_seconds, args.out, progress, args.accuracy_cosine
+            settings,
+            serve_args,
+            load,
+            bodies,
+            budget,
+            trial_seconds,
+            args.out,
+            progress,
+            args.accuracy_cosine,
+            lengthen=args.trial_seconds is None,
         )
     except (EngineError, RuntimeError, TimeoutError, ConnectionError) as exc:
         progress.say(f"inferpool tune: {exc}")
@@ -136,6 +146,7 @@ def _tune(
     out: Path,
     progress: Progress,
     accuracy_cosine: float | None = None,
+    lengthen: bool = False,
 ) -> int:
     options = settings.runtime
     first = None if bodies is None else json.loads(bodies[0])["inputs"]
@@ -152,7 +163,7 @@ def _tune(
     where = placement(sorted(os.sched_getaffinity(0)))
     pin_generator(where)
     progress.say(f"inferpool tune: {where.describe()}")
-    plan = Plan(settings, serve_args, model, load, workload, WARMUP, trial_seconds, where, accuracy_cosine)
+    plan = Plan(settings, serve_args, model, load, workload, WARMUP, trial_seconds, where, accuracy_cosine, lengthen)
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="inferpool-tune-") as workdir:
         trials = Trials(plan, budget, progress, Path(workdir))
@@ -166,6 +177,9 @@ def _tune(
 def _search(trials: Trials, costs: Costs, settings: Settings, out: Path, progress: Progress) -> int:
     budget, load = trials.budget, trials.plan.load
     defaults = Trial(DEFAULTS, Knobs.of(settings.runtime, settings.workers))
+    shortest_trial = trials.plan.seconds
+    if trials.plan.lengthen:
+        lengths.for_defaults(trials)
     trials.run(defaults, DEFAULTS, defaults=True)
     if defaults.summary is None:
         raise RuntimeError(
@@ -178,6 +192,9 @@ def _search(trials: Trials, costs: Costs, settings: Settings, out: Path, progres
     progress.say(f"search: {len(space.candidates)} settings survive pruning, of a {space.grid}-point grid")
     for reason in space.reasons:
         progress.say(f"  {reason}")
+    if trials.plan.lengthen:
+        lengths.spread(trials, len(space.candidates), shortest_trial)
+        progress.say(f"search: each trial measured for {trials.plan.seconds:g} s")
     not_run = passed = 0
     for number, candidate in enumerate(space.candidates, 1):
         trials.queued = len(space.candidates) - number
@@ -198,13 +215,14 @@ def _search(trials: Trials, costs: Costs, settings: Settings, out: Path, progres
     choice, confirmation = pick(trials.choice, confirmations)
     best = None if choice is None else choice.chosen
     decision = decide(choice, confirmation, moved)
-    print(format_table([*trials.done, *([end] if end else [])], choice))
+    shown = choice if decision.confirmed else trials.choice  # the trials' own, unless confirmed otherwise
+    print(format_table([*trials.done, *([end] if end else [])], shown))
     if passed:
         print(f"{passed} shorter queue delays not tried: their batch setting with the longer delay did not lead")
     if not_run:
         print(f"{not_run} of {len(space.candidates)} settings not run: the budget left could not hold them")
-    print(verdict(choice, load))
-    outcome = Outcome(decision, confirmation, end, moved, confirmations, choice)
+    print(verdict(shown, load))
+    outcome = Outcome(decision, confirmation, end, moved, confirmations, shown)
     for line in confirmation_lines(outcome, load, trials.done[0], best):
         print(line)
     print(decision.reason)

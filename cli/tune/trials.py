@@ -79,6 +79,8 @@ class Plan:
     placement: Placement = SHARED
     accuracy_cosine: float | None = None
     """``--accuracy-cosine``: search int8 too, at this gate (inferpool.cli.tune.precision)."""
+    lengthen: bool = False
+    """``seconds`` is the least: trials are measured as long as the budget lets (inferpool.cli.tune.lengths)."""
 
 
 class Trials:
