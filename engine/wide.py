@@ -201,16 +201,21 @@ class _ApartTimer:
     ) -> None:
         self.backend, self.module, self.options, self.cpus, self.rows = backend, module, options, cpus, rows
         self.lane: WideLane | None = None  # never built here: a process forked from this one would hang in its own
-        self._seconds: dict[int, float] = {}
+        self._pairs: dict[int, tuple[float, float]] = {}
 
-    def seconds(self, rows: int, example: Mapping[str, Array]) -> float:
-        if not self._seconds:
+    def pair(self, rows: int) -> tuple[float, float]:
+        """Narrow and wide seconds on ``rows`` samples, both timed apart, alternating: a narrow
+        time from this process, taken earlier, would compare the lane with another moment."""
+        if not self._pairs:
             examples = [_example(self.module, r) for r in self.rows]
             measured = self.backend.wide_seconds_apart(
                 self.module, self.options, self.cpus, examples, REPEATS, PROBE_APART_SECONDS
             )
-            self._seconds = dict(zip(self.rows, measured, strict=True))
-        return self._seconds[rows]
+            self._pairs = dict(zip(self.rows, measured, strict=True))
+        return self._pairs[rows]
+
+    def seconds(self, rows: int, example: Mapping[str, Array]) -> float:
+        return self.pair(rows)[1]
 
 
 def _example(module: InferenceModule, rows: int) -> dict[str, Array]:
@@ -261,12 +266,16 @@ def choose(
 def _measure(
     timer: _HereTimer | _ApartTimer, options: RuntimeOptions, cpus: int, rows: int, narrow_seconds: float
 ) -> WideChoice:
-    """Narrow (measured already) against wide on ``rows`` example samples."""
+    """Narrow against wide on ``rows`` example samples: the narrow time measured here decides
+    whether the call is long enough to try; the two compared come from the same place."""
     at = f"a {rows}-sample call" if rows > 1 else "a call"
     if narrow_seconds < MIN_CALL_SECONDS and options.lend_idle_cores == "auto":
         reason = f"{at} takes {narrow_seconds * 1e3:.3f} ms, under {MIN_CALL_SECONDS * 1e3:g} ms"
         return WideChoice(cpus, False, reason, round(narrow_seconds * 1e3, 3), min_rows=rows)
-    wide_seconds = timer.seconds(rows, _example(timer.module, rows))
+    if isinstance(timer, _ApartTimer):
+        narrow_seconds, wide_seconds = timer.pair(rows)
+    else:
+        wide_seconds = timer.seconds(rows, _example(timer.module, rows))
     speedup = narrow_seconds / wide_seconds
     enabled = options.lend_idle_cores == "on" or speedup >= MIN_SPEEDUP
     reason = f"{at} is {speedup:.2f}x faster on {cpus} threads" + ("" if enabled else f", under {MIN_SPEEDUP}x")

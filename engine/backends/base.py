@@ -75,10 +75,11 @@ class Runtime(ABC):
     def wide_seconds_apart(
         cls, module: InferenceModule, options: RuntimeOptions, threads: int, examples: Sequence[Mapping[str, Array]],
         repeats: int, timeout: float,
-    ) -> list[float]:  # fmt: skip
-        """``wide_probe_apart``: the wide artifact's median seconds on each of ``examples`` (after
-        one warm call, ``repeats`` calls each), measured in a process of its own that is gone when
-        this returns; ``ModelLoadError`` when it fails or takes over ``timeout`` seconds."""
+    ) -> list[tuple[float, float]]:  # fmt: skip
+        """``wide_probe_apart``: the narrow (one thread) and the wide artifact's median seconds on
+        each of ``examples`` (after one warm call each, ``repeats`` calls each, alternating),
+        measured in a process of its own that is gone when this returns; ``ModelLoadError`` when
+        it fails or takes over ``timeout`` seconds."""
         raise NotImplementedError(f"{cls.__name__} measures its wide artifact in this process")
 
     @classmethod

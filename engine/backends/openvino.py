@@ -134,7 +134,7 @@ def run_request(request: Any, outputs: Sequence[str], inputs: Mapping[str, Array
     return [np.asarray(result[name]) for name in outputs]
 
 
-def probe_apart(probe: bytes, timeout: float) -> list[float]:
+def probe_apart(probe: bytes, timeout: float) -> list[tuple[float, float]]:
     """Run inferpool.engine.backends.openvino_probe on ``probe`` in a new interpreter that finds
     this one's modules; its answer, or ModelLoadError (it failed, or overran ``timeout``)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
@@ -152,7 +152,7 @@ def probe_apart(probe: bytes, timeout: float) -> list[float]:
         seconds = json.loads(done.stdout)
     except ValueError as exc:
         raise ModelLoadError(f"the openvino wide probe answered {done.stdout[:80]!r}") from exc
-    return [float(s) for s in seconds]
+    return [(float(narrow), float(wide)) for narrow, wide in seconds]
 
 
 def check_parity(module: InferenceModule, compiled: CompiledOpenVino, tolerance: Tolerance) -> None:
@@ -237,14 +237,16 @@ class OpenVinoRuntime(Runtime):
     def wide_seconds_apart(
         cls, module: InferenceModule, options: RuntimeOptions, threads: int, examples: Sequence[Mapping[str, Array]],
         repeats: int, timeout: float,
-    ) -> list[float]:  # fmt: skip
-        """``wide_artifact``'s median seconds on each example, timed by inferpool.engine.backends.openvino_probe
-        in an interpreter of its own (this process compiles and runs nothing threaded)."""
+    ) -> list[tuple[float, float]]:  # fmt: skip
+        """The narrow and ``wide_artifact``'s median seconds on each example, timed alternately by
+        inferpool.engine.backends.openvino_probe in an interpreter of its own (this process
+        compiles and runs nothing threaded)."""
         model, _, _ = model_file(module, options)
         served = "bf16" if bf16_verdict(module, options, "openvino") == "bf16" else "fp32"
         probe = {
             "model": str(model) if isinstance(model, Path) else model,
             "config": compile_config(1, threads, served),
+            "narrow_config": compile_config(1, 1, served),
             "examples": [{name: np.ascontiguousarray(a) for name, a in example.items()} for example in examples],
             "repeats": repeats,
         }

@@ -7,8 +7,13 @@ fresh interpreter to time the wide artifact instead (inferpool.engine.backends.o
 ``wide_seconds_apart``). This module imports nothing but numpy and openvino, so that the
 interpreter starts in well under a second: no torch, no engine.
 
-Protocol: a pickled ``Probe`` dict on stdin; on stdout one JSON list, the median seconds of each
-example's calls; a failure exits non-zero with its message on stderr.
+The narrow artifact (one thread) is timed here too, its calls alternating with the wide one's:
+a narrow time taken in the parent, seconds earlier, against a wide one taken here let anything
+that ran between them decide (a start-up beside another process measured the lane 0.95x, the
+same tree alone 1.71x), where alternating calls share whatever the machine is doing.
+
+Protocol: a pickled ``Probe`` dict on stdin; on stdout one JSON list, for each example the median
+seconds of its narrow and of its wide calls; a failure exits non-zero with its message on stderr.
 """
 
 from __future__ import annotations
@@ -28,30 +33,37 @@ class Probe(TypedDict):
     model: str | bytes
     """The ONNX file's path, or its bytes (an unwritable export cache)."""
     config: dict[str, Any]
-    """``compile_model``'s properties (inferpool.engine.backends.openvino.compile_config)."""
+    """The wide artifact's ``compile_model`` properties (inferpool.engine.backends.openvino.compile_config)."""
+    narrow_config: dict[str, Any]
+    """The narrow one's: what a serving runtime runs."""
     examples: list[dict[str, np.ndarray]]
     repeats: int
 
 
-def median_seconds(request: Any, inputs: dict[str, np.ndarray], repeats: int) -> float:
-    request.infer(inputs, share_inputs=True)  # warm: a new shape's first run allocates
-    times = []
+def median_pair(narrow: Any, wide: Any, inputs: dict[str, np.ndarray], repeats: int) -> list[float]:
+    """The median seconds of ``repeats`` narrow and wide calls on ``inputs``, alternating."""
+    times: tuple[list[float], list[float]] = ([], [])
+    for request in (narrow, wide):
+        request.infer(inputs, share_inputs=True)  # warm: a new shape's first run allocates
     for _ in range(repeats):
-        started = time.perf_counter()
-        request.infer(inputs, share_inputs=True)
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
+        for request, kept in zip((narrow, wide), times, strict=True):
+            started = time.perf_counter()
+            request.infer(inputs, share_inputs=True)
+            kept.append(time.perf_counter() - started)
+    return [statistics.median(kept) for kept in times]
 
 
-def measure(probe: Probe) -> list[float]:
+def measure(probe: Probe) -> list[list[float]]:
     ov = importlib.import_module("openvino")  # untyped, as the backend's own require()
 
     core = ov.Core()
     model = probe["model"]
     weights = () if isinstance(model, str) else (ov.Tensor(np.empty(0, np.uint8)),)  # bytes: no weights file
     read = core.read_model(model, *weights)
-    request = core.compile_model(read, "CPU", probe["config"]).create_infer_request()
-    return [median_seconds(request, example, probe["repeats"]) for example in probe["examples"]]
+    narrow, wide = (
+        core.compile_model(read, "CPU", probe[key]).create_infer_request() for key in ("narrow_config", "config")
+    )
+    return [median_pair(narrow, wide, example, probe["repeats"]) for example in probe["examples"]]
 
 
 def main() -> None:

@@ -190,9 +190,9 @@ class Apart(Sleeper):
         raise AssertionError("built in the process that forks later")
 
     @classmethod
-    def wide_seconds_apart(cls, module, options, threads, examples, repeats, timeout) -> list[float]:
+    def wide_seconds_apart(cls, module, options, threads, examples, repeats, timeout) -> list[tuple[float, float]]:
         cls.asked.append([next(iter(e.values())).shape[0] for e in examples])
-        return [cls.wide for _ in examples]
+        return [(cls.narrow, cls.wide) for _ in examples]
 
 
 def test_a_process_that_forks_later_times_the_lane_apart_and_keeps_none(module):
@@ -205,6 +205,23 @@ def test_a_process_that_forks_later_times_the_lane_apart_and_keeps_none(module):
     assert lane is None  # the serving processes build their own (ServedModel.start)
     assert choice.wide_ms == pytest.approx(2.0)
     assert backend.asked == [[1, 8]]  # one process, every sample count choose may ask for
+
+
+def test_a_lane_timed_apart_is_compared_with_narrow_calls_timed_beside_it(module):
+    class Busy(Apart):
+        """Narrow runs here take 5 ms (a busy moment); apart, narrow and wide both take 2 ms."""
+
+        asked: ClassVar[list[list[int]]] = []
+
+        @classmethod
+        def wide_seconds_apart(cls, module, options, threads, examples, repeats, timeout) -> list[tuple[float, float]]:
+            return [(0.002, 0.002) for _ in examples]
+
+    choice, lane = choose(Busy, Busy(module, RuntimeOptions()), module, RuntimeOptions(), cpus=2, forks=True)
+    assert not choice.enabled, choice  # 1.00x where they ran side by side, not 2.5x across two moments
+    assert choice.narrow_ms == pytest.approx(2.0)
+    assert choice.wide_ms == pytest.approx(2.0)
+    assert lane is None
 
 
 def test_a_process_that_serves_itself_times_the_lane_here(module):
@@ -221,9 +238,9 @@ def test_a_batch_gain_measured_apart_starts_one_process(module):
         asked: ClassVar[list[int]] = []
 
         @classmethod
-        def wide_seconds_apart(cls, module, options, threads, examples, repeats, timeout) -> list[float]:
+        def wide_seconds_apart(cls, module, options, threads, examples, repeats, timeout) -> list[tuple[float, float]]:
             cls.asked.append(1)
-            return [next(iter(e.values())).shape[0] * 0.00015 for e in examples]
+            return [(r * 0.0003, r * 0.00015) for r in (next(iter(e.values())).shape[0] for e in examples)]
 
     backend = RowsApart
     choice, lane = choose(backend, backend(module, RuntimeOptions()), module, RuntimeOptions(), cpus=2, forks=True)
