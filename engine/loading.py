@@ -188,6 +188,7 @@ def executor_config(
             if batching
             else options.max_queue_delay_us * 1e-6
         ),
+        adaptive_wait=options.wait_for_company == "auto",
         preferred=options.preferred_batch_sizes,
         call_seconds=pipeline.admission.times.predict,
     )

@@ -17,6 +17,9 @@ class ExecutorConfig:
     """Runs first on every worker thread (thread settings, a warm-up call): ready means warm."""
     max_batch_size: int = 1
     max_delay: float = 0.0
+    adaptive_wait: bool = False
+    """A partial batch stops waiting ``max_delay`` once its waits keep finding nobody
+    (inferpool.engine.executors.patience)."""
     preferred: tuple[int, ...] = ()
     call_seconds: Callable[[int], float] = lambda rows: 0.0
     """Predicted seconds of a call on so many rows (the batcher leaves room for it before a deadline)."""

@@ -17,7 +17,8 @@ preferred size, when the next request of its shape does not fit (that request st
 group's next batch), when its first request has waited ``max_delay`` since it was queued, or
 when waiting longer would break the earliest deadline in it, or at once when a request in it
 already carries several samples (it is a batch: it never waits for others). Due groups run earliest-due
-first, so no shape can starve another.
+first, so no shape can starve another. With ``wait_for_company = "auto"`` a partial group waits
+only while waiting has been finding company (inferpool.engine.executors.patience).
 
 A worker that dies (SystemExit from the model, an exception escaping the loop) first answers
 every request it holds with ``WorkerDied``, then ``ThreadSet`` starts its replacement.
@@ -32,6 +33,7 @@ from queue import Empty
 
 from inferpool.engine.errors import NotReady
 from inferpool.engine.executors.base import ExecutorConfig
+from inferpool.engine.executors.patience import Patience
 from inferpool.engine.executors.threads import QueuedWorkers
 from inferpool.engine.pipeline import Pipeline, worker_died
 from inferpool.engine.requests import Work, deliver
@@ -43,6 +45,8 @@ class Batcher(QueuedWorkers):
     def __init__(self, pipeline: Pipeline, config: ExecutorConfig) -> None:
         self.max_batch_size = config.max_batch_size
         self.max_delay = config.max_delay
+        # wait_for_company "auto": a wait that keeps finding nobody stops (patience.py); "on" always waits.
+        self._patience = Patience() if config.adaptive_wait and config.max_delay > 0 else None
         self.preferred = frozenset(config.preferred)
         self._call_seconds = config.call_seconds
         self._leader = threading.Lock()
@@ -111,11 +115,20 @@ class Batcher(QueuedWorkers):
                         del groups[chosen.key]
                     batch.extend(chosen.requests)
                     return False
+                if groups and self._patience is not None and not self._patience.waits():
+                    chosen = min(groups.values(), key=lambda g: g.due)  # waiting has found nobody lately
+                    del groups[chosen.key]
+                    batch.extend(chosen.requests)
+                    return False
                 timeout = min(g.due for g in groups.values()) - now if groups else None
                 try:
                     request = self._queue.get(timeout=timeout)
                 except Empty:
+                    if self._patience is not None:
+                        self._patience.found(False)
                     continue  # a group is due now
+                if timeout is not None and self._patience is not None:
+                    self._patience.found(True)
             if request is None:
                 return True
             if not self._prepare(request):
