@@ -146,8 +146,9 @@ class ServedModel:
 
     def _executor_config(self) -> ExecutorConfig:
         return loading.executor_config(
-            self.pipeline, self.module, self.options, self.plan, self.dispatch_mode, self.batch_choice
-        )
+            self.pipeline, self.module, self.options, self.plan, self.dispatch_mode, self.batch_choice,
+            self.dispatch_selection,
+        )  # fmt: skip
 
     def time_example_call(self, repeats: int = 5) -> float:
         """Median seconds of a warm call on the example inputs."""

@@ -20,6 +20,9 @@ class ExecutorConfig:
     adaptive_wait: bool = False
     """A partial batch stops waiting ``max_delay`` once its waits keep finding nobody
     (inferpool.engine.executors.patience)."""
+    inline_when_idle: bool = False
+    """The batcher runs a request on the event loop itself when nothing is queued, forming or
+    running (inferpool.engine.executors.batching)."""
     preferred: tuple[int, ...] = ()
     call_seconds: Callable[[int], float] = lambda rows: 0.0
     """Predicted seconds of a call on so many rows (the batcher leaves room for it before a deadline)."""

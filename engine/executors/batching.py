@@ -36,7 +36,7 @@ from inferpool.engine.executors.base import ExecutorConfig
 from inferpool.engine.executors.patience import Patience
 from inferpool.engine.executors.threads import QueuedWorkers
 from inferpool.engine.pipeline import Pipeline, worker_died
-from inferpool.engine.requests import Work, deliver
+from inferpool.engine.requests import Prediction, Work, deliver
 
 
 class Batcher(QueuedWorkers):
@@ -46,7 +46,7 @@ class Batcher(QueuedWorkers):
         self.max_batch_size = config.max_batch_size
         self.max_delay = config.max_delay
         # wait_for_company "auto": a wait that keeps finding nobody stops (patience.py); "on" always waits.
-        self._patience = Patience() if config.adaptive_wait and config.max_delay > 0 else None
+        self._patience = Patience(config.inline_when_idle) if config.adaptive_wait and config.max_delay > 0 else None
         self.preferred = frozenset(config.preferred)
         self._call_seconds = config.call_seconds
         self._leader = threading.Lock()
@@ -56,6 +56,22 @@ class Batcher(QueuedWorkers):
         self._groups: dict[_Shapes, _Group] = {}
         self._ready: list[_Group] = []
         super().__init__(pipeline, config)  # starts the threads: everything above must exist
+
+    async def infer(self, inputs: object, deadline: float | None, request_id: str | None) -> Prediction:
+        # Nothing queued, forming or running (each counts until released), and requests are
+        # admitted only on this event loop, which this call holds: every runtime is free, and if
+        # waits have been finding nobody, the hand-off to a worker would be all the cost.
+        started = time.perf_counter()
+        patience = self._patience
+        idle = patience is not None and patience.probes_at_admission and self.pipeline.admission.requests == 0
+        if idle and patience is not None and patience.inline():
+            formed = time.perf_counter() - started
+            prediction = self.pipeline.inline(inputs, deadline, request_id)
+            # Formed at once, and still observed: inferpool_batch_formation_seconds counts every
+            # request while batching is on (a zero would read as batching off).
+            prediction.batch_seconds = max(formed, 1e-9)
+            return prediction
+        return await super().infer(inputs, deadline, request_id)
 
     def _closed(self) -> None:
         for group in (*self._ready, *self._groups.values()):  # never leave a caller hanging
@@ -109,10 +125,13 @@ class Batcher(QueuedWorkers):
                 due = [g for g in groups.values() if g.due <= now]
                 if ready or due:
                     chosen = min((*ready, *due), key=lambda g: g.due)
-                    if chosen in ready:
+                    full = chosen in ready
+                    if full:
                         ready.remove(chosen)
                     else:
                         del groups[chosen.key]
+                    if chosen.waited and self._patience is not None:
+                        self._patience.found(full)  # a wait pays only if the batch filled
                     batch.extend(chosen.requests)
                     return False
                 if groups and self._patience is not None and not self._patience.waits():
@@ -121,14 +140,12 @@ class Batcher(QueuedWorkers):
                     batch.extend(chosen.requests)
                     return False
                 timeout = min(g.due for g in groups.values()) - now if groups else None
+                for forming in groups.values():
+                    forming.waited = True
                 try:
                     request = self._queue.get(timeout=timeout)
                 except Empty:
-                    if self._patience is not None:
-                        self._patience.found(False)
                     continue  # a group is due now
-                if timeout is not None and self._patience is not None:
-                    self._patience.found(True)
             if request is None:
                 return True
             if not self._prepare(request):
@@ -179,6 +196,8 @@ class _Group:
     rows: int
     due: float
     """When the group must run: its first request's queue time + max_delay, or earlier for a deadline."""
+    waited: bool = False
+    """The leader waited for company while it formed (inferpool.engine.executors.patience)."""
 
     def add(self, request: Work, call_seconds: float) -> None:
         self.requests.append(request)
