@@ -29,13 +29,27 @@ FIRST_PROBE = 16
 LAST_PROBE = 1024
 
 
+class _Turns:
+    """Says yes once in ``every`` asks: the probes' count, one per thread that asks."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def due(self, every: int) -> bool:
+        self.asked += 1
+        if self.asked < every:
+            return False
+        self.asked = 0
+        return True
+
+
 class Patience:
     def __init__(self, probes_at_admission: bool = False) -> None:
         self.fruitless = 0
-        """Waits in a row that ended with nobody new."""
+        """Waits in a row whose batch ran before it filled."""
         self.every = FIRST_PROBE
-        self._skipped = 0
-        self._idle = 0
+        self._leader_turns = _Turns()
+        self._admission_turns = _Turns()
         self.probes_at_admission = probes_at_admission
         """The batcher runs idle requests inline once given up (``inline``): then only probes
         reach the leader, and each of them waits."""
@@ -47,30 +61,20 @@ class Patience:
     def inline(self) -> bool:
         """On the event loop, for a request that finds nothing queued, forming or running:
         whether it runs there, at once; once in ``every`` such requests it goes to the leader
-        instead, a probe whose wait shows whether company comes now."""
-        if not self.given_up:
-            return False
-        self._idle += 1
-        if self._idle < self.every:
-            return True
-        self._idle = 0
-        return False
+        instead, a probe whose wait shows whether waiting pays now."""
+        return self.given_up and not self._admission_turns.due(self.every)
 
     def waits(self) -> bool:
         """Whether to wait for company now (a probe, once given up, every ``every`` batches)."""
-        if self.fruitless < GIVE_UP or self.probes_at_admission:
+        if not self.given_up or self.probes_at_admission:
             return True
-        self._skipped += 1
-        if self._skipped < self.every:
-            return False
-        self._skipped = 0
-        return True
+        return self._leader_turns.due(self.every)
 
     def found(self, company: bool) -> None:
         """How a batch the leader waited for ended: full (``company``), or short of it."""
         if company:
-            self.fruitless, self.every, self._skipped = 0, FIRST_PROBE, 0
+            self.fruitless, self.every, self._leader_turns.asked = 0, FIRST_PROBE, 0
             return
         self.fruitless += 1
-        if self.fruitless > GIVE_UP:  # a probe that found nobody: probe more rarely
+        if self.fruitless > GIVE_UP:  # a probe that did not pay: probe more rarely
             self.every = min(self.every * 2, LAST_PROBE)
