@@ -151,9 +151,12 @@ def choose_executor(
                 f"model {name!r} has inputs or outputs without a batch dimension, so requests cannot be "
                 "batched together: set max_batch_size=1"
             )
-        idle = {"when_idle": _unbatched_dispatch(runtimes, module, options, plan)}
+        # Only a batcher that waits and may stop waiting (patience) has an idle path to choose for.
+        auto = options.wait_for_company == "auto" and options.max_queue_delay_us > 0
+        waits = auto and (batching is None or batching.waits)
+        idle = {"when_idle": _unbatched_dispatch(runtimes, module, options, plan)} if waits else {}
         if batching is None:
-            return "batch", idle
+            return "batch", idle or None
         mode = options.wait_for_company
         (log.info if batching.waits or mode != "auto" else log.warning)(
             "model %r: %s (wait_for_company %s)", name, batching.reason, mode

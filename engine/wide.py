@@ -187,9 +187,11 @@ class _HereTimer:
         self.backend, self.module, self.options, self.cpus = backend, module, options, cpus
         self.lane: WideLane | None = None
 
-    def seconds(self, rows: int, example: Mapping[str, Array]) -> float:
+    def pair(self, rows: int, narrow_seconds: float) -> tuple[float, float]:
+        """``narrow_seconds`` (timed here already) and the wide lane's on ``rows`` samples."""
         lane = self.lane = self.lane or build_lane(self.backend, self.module, self.options, self.cpus)
-        return _median_seconds(lambda: lane.runtime.run(example))
+        example = _example(self.module, rows)
+        return narrow_seconds, _median_seconds(lambda: lane.runtime.run(example))
 
 
 class _ApartTimer:
@@ -203,9 +205,10 @@ class _ApartTimer:
         self.lane: WideLane | None = None  # never built here: a process forked from this one would hang in its own
         self._pairs: dict[int, tuple[float, float]] = {}
 
-    def pair(self, rows: int) -> tuple[float, float]:
-        """Narrow and wide seconds on ``rows`` samples, both timed apart, alternating: a narrow
-        time from this process, taken earlier, would compare the lane with another moment."""
+    def pair(self, rows: int, narrow_seconds: float) -> tuple[float, float]:
+        """Narrow and wide seconds on ``rows`` samples, both timed apart, alternating; the
+        ``narrow_seconds`` timed here is not used: taken earlier, it would compare the lane with
+        another moment."""
         if not self._pairs:
             examples = [_example(self.module, r) for r in self.rows]
             measured = self.backend.wide_seconds_apart(
@@ -213,9 +216,6 @@ class _ApartTimer:
             )
             self._pairs = dict(zip(self.rows, measured, strict=True))
         return self._pairs[rows]
-
-    def seconds(self, rows: int, example: Mapping[str, Array]) -> float:
-        return self.pair(rows)[1]
 
 
 def _example(module: InferenceModule, rows: int) -> dict[str, Array]:
@@ -272,10 +272,7 @@ def _measure(
     if narrow_seconds < MIN_CALL_SECONDS and options.lend_idle_cores == "auto":
         reason = f"{at} takes {narrow_seconds * 1e3:.3f} ms, under {MIN_CALL_SECONDS * 1e3:g} ms"
         return WideChoice(cpus, False, reason, round(narrow_seconds * 1e3, 3), min_rows=rows)
-    if isinstance(timer, _ApartTimer):
-        narrow_seconds, wide_seconds = timer.pair(rows)
-    else:
-        wide_seconds = timer.seconds(rows, _example(timer.module, rows))
+    narrow_seconds, wide_seconds = timer.pair(rows, narrow_seconds)
     speedup = narrow_seconds / wide_seconds
     enabled = options.lend_idle_cores == "on" or speedup >= MIN_SPEEDUP
     reason = f"{at} is {speedup:.2f}x faster on {cpus} threads" + ("" if enabled else f", under {MIN_SPEEDUP}x")

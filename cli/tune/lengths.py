@@ -35,8 +35,7 @@ def spread(trials: Trials, candidates: int, shortest: float) -> None:
     shorter than ``shortest`` (the plan's own) or longer than MAX_SECONDS."""
     budget = trials.budget
     left = budget.for_trials() + trials.again_seconds() - 1.0  # the defaults' repeat is ours to size
-    startup = trials.estimate() - trials.measuring(trials.plan.seconds) - STOP_SECONDS
-    each = (left - candidates * (startup + STOP_SECONDS)) / (candidates + 1)  # measuring time per trial
+    each = (left - candidates * (trials.startup() + STOP_SECONDS)) / (candidates + 1)  # measuring time per trial
     per_second = trials.measuring(60.0) / 60.0  # each slice's warm-up and set-up, per measured second
     _use(trials, min(MAX_SECONDS, max(shortest, each / per_second)))
 

@@ -107,8 +107,11 @@ class Trials:
     def estimate(self) -> float:
         """Seconds a trial takes, start to stop: the slowest start-up seen (the defaults' when
         nothing else has started yet), its slices' warm-ups and measuring, stopping."""
-        startup = max(self.startups[-3:], default=30.0)
-        return startup + self.measuring(self.plan.seconds) + STOP_SECONDS
+        return self.startup() + self.measuring(self.plan.seconds) + STOP_SECONDS
+
+    def startup(self) -> float:
+        """Seconds a trial's server takes to start: the slowest of the last three (30 before any)."""
+        return max(self.startups[-3:], default=30.0)
 
     @property
     def slice(self) -> float:

@@ -155,6 +155,11 @@ def probe_apart(probe: bytes, timeout: float) -> list[tuple[float, float]]:
     return [(float(narrow), float(wide)) for narrow, wide in seconds]
 
 
+def _lane_precision(module: InferenceModule, options: RuntimeOptions) -> str:
+    """The precision a wide lane is built in: bf16 only once this tree's verdict says it serves it."""
+    return "bf16" if bf16_verdict(module, options, "openvino") == "bf16" else "fp32"
+
+
 def check_parity(module: InferenceModule, compiled: CompiledOpenVino, tolerance: Tolerance) -> None:
     names = [s.name for s in module.schema.outputs]
     got = run_request(compiled.model.create_infer_request(), names, module.example_inputs)
@@ -230,7 +235,7 @@ class OpenVinoRuntime(Runtime):
         """The served model again as one stream of ``threads`` threads, in the precision this
         process tree serves (bf16 only once its verdict says so), for inferpool.engine.wide's lane."""
         model, where, _ = model_file(module, options)
-        served = "bf16" if bf16_verdict(module, options, "openvino") == "bf16" else "fp32"
+        served = _lane_precision(module, options)
         return compile_file(module, model, where, 1, threads, served)
 
     @classmethod
@@ -242,7 +247,7 @@ class OpenVinoRuntime(Runtime):
         inferpool.engine.backends.openvino_probe in an interpreter of its own (this process
         compiles and runs nothing threaded)."""
         model, _, _ = model_file(module, options)
-        served = "bf16" if bf16_verdict(module, options, "openvino") == "bf16" else "fp32"
+        served = _lane_precision(module, options)
         probe = {
             "model": str(model) if isinstance(model, Path) else model,
             "config": compile_config(1, threads, served),

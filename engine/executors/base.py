@@ -18,7 +18,7 @@ class ExecutorConfig:
     max_batch_size: int = 1
     max_delay: float = 0.0
     adaptive_wait: bool = False
-    """A partial batch stops waiting ``max_delay`` once its waits keep finding nobody
+    """A partial batch stops waiting ``max_delay`` once its waits stop filling batches
     (inferpool.engine.executors.patience)."""
     inline_when_idle: bool = False
     """The batcher runs a request on the event loop itself when nothing is queued, forming or

@@ -18,7 +18,7 @@ group's next batch), when its first request has waited ``max_delay`` since it wa
 when waiting longer would break the earliest deadline in it, or at once when a request in it
 already carries several samples (it is a batch: it never waits for others). Due groups run earliest-due
 first, so no shape can starve another. With ``wait_for_company = "auto"`` a partial group waits
-only while waiting has been finding company (inferpool.engine.executors.patience).
+only while waiting has been filling batches (inferpool.engine.executors.patience).
 
 A worker that dies (SystemExit from the model, an exception escaping the loop) first answers
 every request it holds with ``WorkerDied``, then ``ThreadSet`` starts its replacement.
@@ -45,8 +45,9 @@ class Batcher(QueuedWorkers):
     def __init__(self, pipeline: Pipeline, config: ExecutorConfig) -> None:
         self.max_batch_size = config.max_batch_size
         self.max_delay = config.max_delay
-        # wait_for_company "auto": a wait that keeps finding nobody stops (patience.py); "on" always waits.
+        # wait_for_company "auto": waits that stop paying stop (patience.py); "on" always waits.
         self._patience = Patience(config.inline_when_idle) if config.adaptive_wait and config.max_delay > 0 else None
+        self._idle_inline = self._patience if config.inline_when_idle else None
         self.preferred = frozenset(config.preferred)
         self._call_seconds = config.call_seconds
         self._leader = threading.Lock()
@@ -60,17 +61,17 @@ class Batcher(QueuedWorkers):
     async def infer(self, inputs: object, deadline: float | None, request_id: str | None) -> Prediction:
         # Nothing queued, forming or running (each counts until released), and requests are
         # admitted only on this event loop, which this call holds: every runtime is free, and if
-        # waits have been finding nobody, the hand-off to a worker would be all the cost.
-        started = time.perf_counter()
-        patience = self._patience
-        idle = patience is not None and patience.probes_at_admission and self.pipeline.admission.requests == 0
-        if idle and patience is not None and patience.inline():
-            formed = time.perf_counter() - started
-            prediction = self.pipeline.inline(inputs, deadline, request_id)
-            # Formed at once, and still observed: inferpool_batch_formation_seconds counts every
-            # request while batching is on (a zero would read as batching off).
-            prediction.batch_seconds = max(formed, 1e-9)
-            return prediction
+        # waits have stopped paying, the hand-off to a worker would be all the cost.
+        patience = self._idle_inline
+        if patience is not None and self.pipeline.admission.requests == 0:
+            started = time.perf_counter()
+            if patience.inline():
+                formed = time.perf_counter() - started
+                prediction = self.pipeline.inline(inputs, deadline, request_id)
+                # Formed at once, and still observed: inferpool_batch_formation_seconds counts
+                # every request while batching is on (a zero would read as batching off).
+                prediction.batch_seconds = max(formed, 1e-9)
+                return prediction
         return await super().infer(inputs, deadline, request_id)
 
     def _closed(self) -> None:
