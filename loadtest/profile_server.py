@@ -96,7 +96,9 @@ def profile(name: str, command: Command, args: argparse.Namespace, out: Path) ->
         wrk(server.url, lua, args.concurrency, 3)  # warm-up
         stacks = out / f"{name.replace(' ', '_')}.txt"
         spy = [PY_SPY, "record", "-r", str(args.rate), "-d", f"{args.duration:g}", "--format", "raw", "-o", str(stacks)]
-        spy += ["--pid", str(server.process.pid), *(["--gil"] if args.gil else [])]
+        # The serving processes are the supervisor's children: without --subprocesses py-spy
+        # samples only the supervisor, which answers no request.
+        spy += ["--subprocesses", "--pid", str(server.process.pid), *(["--gil"] if args.gil else [])]
         sampler = subprocess.Popen(spy, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         cpu = tree_cpu_seconds(server.process.pid)
         load = wrk(server.url, lua, args.concurrency, args.duration)

@@ -5,12 +5,13 @@ Every serving process accepts from the one listening socket the supervisor bound
 event loop, the first process to wake takes every connection queued at that moment (uvloop, like
 asyncio, accepts until the queue is empty), so 2-4 clients that connect at once -- a proxy's pool,
 a client pool, wrk -- all landed on one process in half the runs here, with the other idle
-(ResNet-50 at 4 keep-alive connections: 4+0 answered 11.6 img/s, 2+2 23.3). Here a process takes
-one connection per wake-up, and only while it holds no more open connections than every other
-ready process (the counts live in shared memory made before the fork, as the ProcessBoard's
-states do); otherwise it leaves the queue to the others, looks again every ``POLL_SECONDS``, and
-after ``DEFER_SECONDS`` takes what is still queued itself, so a busy or stuck peer can delay a
-connection by that much at most.
+(ResNet-50 at 4 keep-alive connections: 4+0 answered 11.6 img/s, 2+2 23.3). Here a process
+accepts only while it holds no more open connections than every other ready process (the counts
+live in shared memory made before the fork, as the ProcessBoard's states do), and then takes, in
+that wake-up, up to its even share of every connection held or queued (``fair_take``, the queue's
+length read from the listening socket); otherwise it leaves the queue to the others, looks again
+every ``POLL_SECONDS``, and after ``DEFER_SECONDS`` takes its share itself, so a busy or stuck
+peer can delay a connection by that much at most.
 
 Accepting evenly cannot see the future: a connection that closes right after the others arrive (a
 client's probe, a health check) leaves its process with fewer. So a process holding more than one
@@ -38,6 +39,9 @@ from inferpool.service.processes.process_states import READY, ProcessBoard
 
 log = logging.getLogger(__name__)
 _SLOT = struct.Struct("q")
+_UNACKED = struct.Struct("I")
+_UNACKED_AT = 24  # struct tcp_info: eight one-byte fields, then rto, ato, snd_mss, rcv_mss, unacked
+_TCP_INFO_SIZE = 104
 DEFER_SECONDS = 0.05
 """How long a process with more connections than another leaves a queued one to the others."""
 POLL_SECONDS = 0.001
@@ -65,15 +69,42 @@ class ConnectionCounts:
     def get(self, slot: int) -> int:
         return int(_SLOT.unpack_from(self._memory, slot * _SLOT.size)[0])
 
-    def fewest_elsewhere(self, slot: int, board: ProcessBoard | None) -> int | None:
-        """The fewest connections another ready process holds (None: no other takes any)."""
+    def elsewhere(self, slot: int, board: ProcessBoard | None) -> list[int]:
+        """The connections each other ready process that still accepts holds."""
         others = [
             self.get(other)
             for other in range(self.processes)
             if other != slot and (board is None or board.state(other) == READY)
         ]
-        counts = [count for count in others if count < CLOSED]
+        return [count for count in others if count < CLOSED]
+
+    def fewest_elsewhere(self, slot: int, board: ProcessBoard | None) -> int | None:
+        """The fewest connections another ready process holds (None: no other takes any)."""
+        counts = self.elsewhere(slot, board)
         return min(counts) if counts else None
+
+
+def queued_connections(listener: socket.socket) -> int | None:
+    """Connections waiting in ``listener``'s accept queue (Linux: a listening socket's TCP_INFO
+    gives its backlog as ``tcpi_unacked``); None where that cannot be read."""
+    try:
+        info = listener.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_SIZE)
+    except (AttributeError, OSError):
+        return None
+    return int(_UNACKED.unpack_from(info, _UNACKED_AT)[0]) if len(info) >= _UNACKED_AT + _UNACKED.size else None
+
+
+def fair_take(open_here: int, elsewhere: list[int], queued: int | None) -> int:
+    """How many queued connections one wake-up takes: up to this process's even share of every
+    connection held or queued, at least one. One per wake-up was too few where a request runs on
+    the event loop (inline dispatch): a wake-up comes once per loop iteration, an iteration runs
+    one request per connection held, so a burst of 32 connections (a client pool, wrk) was taken
+    one per ~3.5 ms x connections held, and the last waited ~1 s for its first answer (MiniLM,
+    docs/BENCHMARKS.md, thirteenth session)."""
+    if queued is None or queued <= 1:
+        return 1
+    share = -(-(open_here + sum(elsewhere) + queued) // (len(elsewhere) + 1))
+    return max(1, min(queued, share - open_here))
 
 
 class SpreadAcceptor:
@@ -106,8 +137,8 @@ class SpreadAcceptor:
         self._loop.add_reader(self.listener.fileno(), self._readable)
 
     def _readable(self) -> None:
-        fewest = self.counts.fewest_elsewhere(self.slot, self.board)
-        if fewest is not None and self.open > fewest:
+        elsewhere = self.counts.elsewhere(self.slot, self.board)
+        if elsewhere and self.open > min(elsewhere):
             now = self._loop.time()
             if self._deferring_since is None:
                 self._deferring_since = now
@@ -116,14 +147,20 @@ class SpreadAcceptor:
                 self._pause(POLL_SECONDS)
                 return
         self._deferring_since = None
+        for _ in range(fair_take(self.open, elsewhere, queued_connections(self.listener))):
+            if not self._take():
+                return
+
+    def _take(self) -> bool:
+        """One connection from the queue; False when there was none to take (or accept failed)."""
         try:
             sock, _ = self.listener.accept()
         except (BlockingIOError, InterruptedError):
-            return  # another process took it
+            return False  # another process took it
         except OSError as exc:  # EMFILE and the like: the connection waits in the queue
             log.warning("accept failed (%s): retrying in %gs", exc, PAUSE_SECONDS)
             self._pause(PAUSE_SECONDS)
-            return
+            return False
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.accepted += 1
@@ -131,6 +168,7 @@ class SpreadAcceptor:
         self._next_look = 0.0
         self._publish()
         self._loop.create_task(self._connect(sock))
+        return True
 
     def _counted(self, base: type[asyncio.Protocol]) -> type[asyncio.Protocol]:
         """``base`` telling this acceptor when its connection ends, and (httptools' protocol) when a
@@ -181,6 +219,11 @@ class SpreadAcceptor:
         self._next_look = now + LOOK_SECONDS
         fewest = self.counts.fewest_elsewhere(self.slot, self.board)
         if fewest is not None and self.open > fewest + 1:
+            if queued_connections(self.listener):
+                # A burst is still being taken (each process its share, fair_take): the gap closes
+                # once the others take what waits, and shedding now would only churn a connection.
+                self._next_look = 0.0
+                return
             cycle.keep_alive = False  # the answer says Connection: close, and the connection ends after it
             self._shedding = protocol
             self.shed += 1

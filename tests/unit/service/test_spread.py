@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
 from types import SimpleNamespace
 
 from inferpool.service.processes import spread
@@ -189,6 +190,49 @@ def test_request_heads_read_the_other_counts_at_most_once_a_look_until_a_connect
         acceptor.close()
         for client in clients:
             client.close()
+        listener.close()
+
+    asyncio.run(scenario())
+
+
+def test_queued_connections_reads_the_listening_sockets_accept_queue():
+    listener = _listener()
+    clients = [socket.create_connection(listener.getsockname()) for _ in range(3)]
+    for _ in range(200):  # the handshakes complete in the kernel, a moment after connect returns
+        if spread.queued_connections(listener) == 3:
+            break
+        time.sleep(0.005)
+    assert spread.queued_connections(listener) == 3
+    listener.accept()[0].close()
+    assert spread.queued_connections(listener) == 2
+    for client in clients:
+        client.close()
+    listener.close()
+
+
+def test_fair_take_is_the_even_share_of_what_is_held_and_queued_at_least_one():
+    assert spread.fair_take(0, [0], 32) == 16  # a burst on an idle pair: half here
+    assert spread.fair_take(0, [16], 16) == 16  # the other took its half: the rest here
+    assert spread.fair_take(3, [5, 4], 6) == 3  # (3 + 9 + 6) / 3 = 6 each: 3 more here
+    assert spread.fair_take(8, [0], 4) == 1  # already over its share: one, as the deferral allowed
+    assert spread.fair_take(0, [], 5) == 5  # alone: the whole queue
+    assert spread.fair_take(0, [0], None) == 1  # queue length unknown: one per wake-up
+    assert spread.fair_take(0, [0], 0) == 1
+
+
+def test_a_burst_is_taken_in_one_wake_up_even_while_the_loop_is_busy():
+    async def scenario() -> None:
+        listener, counts = _listener(), ConnectionCounts(2)
+        acceptor = SpreadAcceptor(listener, _Kept, {}, counts, slot=0, board=None)
+        address = listener.getsockname()
+        clients = [socket.create_connection(address) for _ in range(8)]
+        await _until(lambda: spread.queued_connections(listener) == 8 or acceptor.accepted > 0)
+        acceptor._readable()  # the one wake-up a loop busy with requests would give it
+        assert acceptor.accepted == 4  # its half of the eight; the other process takes the rest
+        assert counts.get(0) == 4
+        for client in clients:
+            client.close()
+        acceptor.close()
         listener.close()
 
     asyncio.run(scenario())
