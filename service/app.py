@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
 from collections.abc import AsyncIterator
@@ -21,6 +22,7 @@ from inferpool.service.http.fastpath import InferPoolApp
 from inferpool.service.http.middleware import RequestContext
 from inferpool.service.http.openapi import model_aware_openapi
 from inferpool.service.http.routes import health, openai, predict, repository, v2
+from inferpool.service.http.warmup import uncounted_door, warm_on
 from inferpool.service.processes.supervisor_channel import announce_after
 from inferpool.service.telemetry.metrics import Metrics
 from inferpool.service.telemetry.observe import Observer
@@ -70,7 +72,7 @@ def create_app(settings: Settings, host: ModelHost | None = None) -> FastAPI:
     host.on_ready = ready
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: InferPoolApp) -> AsyncIterator[None]:
         # A short switch interval lets a worker thread take the GIL back from the event loop
         # soon after its torch op ends, instead of after CPython's default 5 ms.
         sys.setswitchinterval(settings.switch_interval)
@@ -79,6 +81,9 @@ def create_app(settings: Settings, host: ModelHost | None = None) -> FastAPI:
         listening = None
         if settings.grpc_port and host.announce is not None:
             listening = host.announce = announce_after(host.announce, 2)
+        app.build_fast_path()  # the middleware list is final now, and no request should build it
+        uncounted = uncounted_door(door)
+        host.warm = warm_on(asyncio.get_running_loop(), predict.Predict(uncounted), v2.Infer(uncounted), host)
         host.start()  # loads (or starts) and warms in the background; /health/ready says when done
         if observer is not None:  # here, not in create_app: its threads must be this process's
             observer.start()

@@ -102,11 +102,17 @@ class InferPoolApp(FastAPI):
 
     _fast: FastPath | None = None
 
+    def build_fast_path(self) -> FastPath:
+        """Built once the middleware list is final: at start-up (the app's lifespan), else at
+        the first request (an app driven without its lifespan, as in-process test clients do)."""
+        fast = self._fast = FastPath(self, self.state.hot_handlers, self.state.hot_routers)
+        return fast
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             fast = self._fast
-            if fast is None:  # built at the first request: the middleware list is final by then
-                fast = self._fast = FastPath(self, self.state.hot_handlers, self.state.hot_routers)
+            if fast is None:
+                fast = self.build_fast_path()
             stack = fast.match(scope)
             if stack is not None:
                 scope["app"] = self

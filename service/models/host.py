@@ -48,6 +48,11 @@ class ModelHost:
         self._plans: dict[Key, ModelPlan] = {}
         self.announce: Callable[[], None] | None = None
         """Called once every model has started (a forked process tells the supervisor)."""
+        self.warm: Callable[[], None] | None = None
+        """Called in the loader thread once the models serve, before this process says it is
+        ready: the app's warm requests (service/http/warmup.py)."""
+        self.warming = False
+        """The models serve, the warm requests run: not ready yet."""
         self.board: ProcessBoard | None = None
         """Set in a serving process the supervisor forked: the readiness of all of them."""
         self.slot = 0
@@ -93,7 +98,7 @@ class ModelHost:
     def status(self) -> Readiness:
         if self.error is not None:
             return Readiness.FAILED
-        if self.default is None:
+        if self.default is None or self.warming:
             return Readiness.LOADING
         if self.stopping:
             return Readiness.STOPPING
@@ -146,7 +151,7 @@ class ModelHost:
         ready on this one's model set (during a change's rollout processes serve different sets,
         so no version is ready until they all serve the same one)."""
         stats = model.stats()
-        if self.stopping or self.default is None or not (stats.accepting and stats.healthy):
+        if self.stopping or self.default is None or self.warming or not (stats.accepting and stats.healthy):
             return False
         return self.board is None or self.board.settled(self.generation)
 
@@ -226,7 +231,10 @@ class ModelHost:
             for model in loaded.values():
                 if self.on_ready is not None:
                     self.on_ready(model)
+            self.warming = self.warm is not None
             self.default = loaded[next(iter(loaded))]  # published last: routes see complete state
+            if self.warm is not None:
+                self._warm(self.warm)
             if self.board is not None:
                 self.board.mark(self.slot, READY, self.generation)
             if self.announce is not None:
@@ -234,6 +242,15 @@ class ModelHost:
         except Exception as exc:
             self.error = f"{type(exc).__name__}: {exc}"
             log.exception("loading the models failed")
+
+    def _warm(self, warm: Callable[[], None]) -> None:
+        """Warm requests may fail (a model that refuses zeros): the process serves all the same."""
+        try:
+            warm()
+        except Exception:
+            log.exception("warm requests failed; the first requests of this process are cold ones")
+        finally:
+            self.warming = False
 
     def _index(self, loaded: dict[Key, ServedModel]) -> None:
         """By name and version, and each name's latest version (the highest number)."""

@@ -201,6 +201,9 @@ class Metrics:
         self.threads.labels(*labels).set(info.threads)
         self.info.labels(server_version, *labels, info.backend, info.dispatch, info.torch_version).set(1)
         self.refresh(model, labels, force=True)
+        # Its phases' slots now, at zero: made at its first request instead, they cost that
+        # request over a millisecond (a forked process's first allocation in its metrics file).
+        self._model_slots(labels)
 
     def refresh(self, model: EngineClient, labels: Labels, *, force: bool = False) -> None:
         """Copy the pool's live state into the gauges. Requests call it, but it writes at most
@@ -267,7 +270,9 @@ class Metrics:
             log.exception("recording request metrics failed")
 
     def _model(self, inference: Inference) -> tuple[Child, ...]:
-        labels = (inference.model, inference.version)
+        return self._model_slots((inference.model, inference.version))
+
+    def _model_slots(self, labels: Labels) -> tuple[Child, ...]:
         found = self._models.get(labels)
         if found is None:
             found = self._models[labels] = tuple(self._child(family, labels) for family in self._model_families)
