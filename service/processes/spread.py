@@ -99,8 +99,8 @@ def fair_take(open_here: int, elsewhere: list[int], queued: int | None) -> int:
     connection held or queued, at least one. One per wake-up was too few where a request runs on
     the event loop (inline dispatch): a wake-up comes once per loop iteration, an iteration runs
     one request per connection held, so a burst of 32 connections (a client pool, wrk) was taken
-    one per ~3.5 ms x connections held, and the last waited ~1 s for its first answer (MiniLM,
-    docs/BENCHMARKS.md, thirteenth session)."""
+    one per ~3.5 ms x connections held; in one run the last waited ~1 s for its first answer
+    (MiniLM, docs/BENCHMARKS.md, thirteenth session)."""
     if queued is None or queued <= 1:
         return 1
     share = -(-(open_here + sum(elsewhere) + queued) // (len(elsewhere) + 1))
@@ -108,10 +108,10 @@ def fair_take(open_here: int, elsewhere: list[int], queued: int | None) -> int:
 
 
 class SpreadAcceptor:
-    """Accepts from ``listener`` on the running loop, one connection at a time and only while this
-    process holds no more than any other, serving each with ``protocol(**arguments)``; sheds one when
-    it holds two more than another. ``close()`` stops it (what uvicorn's shutdown and the drain call
-    on each of its servers)."""
+    """Accepts from ``listener`` on the running loop, only while this process holds no more than
+    any other and up to its even share per wake-up, serving each with ``protocol(**arguments)``;
+    sheds one when it holds two more than another. ``close()`` stops it (what uvicorn's shutdown
+    and the drain call on each of its servers)."""
 
     def __init__(
         self, listener: socket.socket, protocol: type[asyncio.Protocol], arguments: dict[str, Any],
