@@ -106,11 +106,20 @@ async def answer(handler: ASGIApp, path: str, params: Mapping[str, Any], body: b
     return status
 
 
+def learns_nothing(model: EngineClient) -> bool:
+    """Whether a warm request leaves ``model`` as it found it. A batched model's does not: a lone
+    request is a wait that found no company, and its batcher's patience (engine/executors/patience.py)
+    counts it, so warm requests would make the first real burst's batches smaller."""
+    return model.info.dispatch != "batch"
+
+
 async def warm(predict: ASGIApp, infer: ASGIApp, models: list[EngineClient], default: EngineClient) -> None:
     """One ``/predict`` (the default model's) and one v2 infer per model; a warm request that
     fails is logged and skipped: it only costs the first real request its speed."""
-    calls: list[tuple[ASGIApp, str, dict[str, Any], bytes | None]] = [(predict, "/predict", {}, predict_body(default))]
-    for model in models:
+    calls: list[tuple[ASGIApp, str, dict[str, Any], bytes | None]] = []
+    if learns_nothing(default):
+        calls.append((predict, "/predict", {}, predict_body(default)))
+    for model in filter(learns_nothing, models):
         calls.append((infer, f"/v2/models/{model.name}/infer", {"name": model.name}, v2_body(model)))
     started = time.perf_counter()
     sent = [(path, await answer(handler, path, params, body)) for handler, path, params, body in calls if body]

@@ -15,8 +15,8 @@ from inferpool.service.telemetry.metrics import Metrics
 from inferpool.service.v2.codec import parse_request
 
 
-def _model(schema: Any, name: str = "digits", handler: object = None) -> Any:
-    return SimpleNamespace(name=name, schema=schema, info=SimpleNamespace(handler=handler))
+def _model(schema: Any, name: str = "digits", handler: object = None, dispatch: str = "inline") -> Any:
+    return SimpleNamespace(name=name, schema=schema, info=SimpleNamespace(handler=handler, dispatch=dispatch))
 
 
 class Recorder:
@@ -72,3 +72,11 @@ def test_the_uncounted_door_shares_the_records_and_not_the_counts():
     assert twin.activity is not door.activity
     assert twin.metrics is not door.metrics
     twin.metrics.observe_error("load_shed")  # a stand-in: nothing to count into
+
+
+def test_a_batched_model_is_not_warmed_its_batcher_would_learn_from_a_lone_request(digits_module):
+    predict, infer = Recorder(), Recorder()
+    models = [_model(digits_module.schema, dispatch="batch"), _model(digits_module.schema, "other")]
+    asyncio.run(warm(predict, infer, models, models[0]))
+    assert predict.asked == []
+    assert [path for path, _, _ in infer.asked] == ["/v2/models/other/infer"]
