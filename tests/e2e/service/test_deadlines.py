@@ -135,8 +135,11 @@ def test_v2_timeout_parameter_missed_is_a_504(late):
 def test_batching_combines_concurrent_requests(tmp_path, images, reference):
     # A generous delay: on a loaded 2-core machine the clients are slow to send, and the test is
     # about requests sharing calls, not about latency.
-    # One process: the concurrent requests must meet in one batcher.
-    args = ("--runtime.max-batch-size", "8", "--runtime.max-queue-delay-us", "20000", "--workers", "1")
+    # One process: the concurrent requests must meet in one batcher. Waits always ("on"): under
+    # "auto" the batcher stops waiting once its waits stop filling batches (engine/executors/patience.py,
+    # tested on its own), and on a slow machine eight threaded clients fill few.
+    args = ("--runtime.max-batch-size", "8", "--runtime.max-queue-delay-us", "20000", "--workers", "1",
+            "--runtime.wait-for-company", "on")  # fmt: skip
     with run_server(tmp_path, *args) as server:
         wait_ready(server)
 
