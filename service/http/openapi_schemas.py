@@ -261,7 +261,13 @@ def zeros(shape: tuple[int | None, ...], zero: object) -> object:
 
 def v2_example(model: Served) -> dict[str, Any]:
     """One sample of zeros (or of text), the request /docs fills in."""
-    tensors = metadata(model.name, model.schema, VERSION, model.handler)["inputs"]
+    return v2_sample(model.name, model.schema, model.handler)
+
+
+def v2_sample(name: str, schema: Schema, handler: Handler | None) -> dict[str, Any]:
+    """A v2 infer request of one sample of zeros (or of text) for this model: /docs' example, and
+    each serving process's warm request (service/http/warmup.py)."""
+    tensors = metadata(name, schema, VERSION, handler)["inputs"]
     fill = {"BOOL": False, "BYTES": "Hello, world."}
     inputs = []
     for tensor in tensors:

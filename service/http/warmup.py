@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, cast
@@ -28,9 +27,8 @@ from starlette.types import ASGIApp, Message, Scope
 
 from inferpool.engine.client import EngineClient
 from inferpool.service.frontdoor import Activity, FrontDoor
-from inferpool.service.http.openapi_schemas import zeros
+from inferpool.service.http.openapi_schemas import v2_sample, zeros
 from inferpool.service.telemetry.metrics import Inference, Labels, Metrics
-from inferpool.service.v2.codec import VERSION, metadata
 
 if TYPE_CHECKING:  # the host loads models (torch); warming only asks it which it serves
     from inferpool.service.models.host import ModelHost
@@ -38,7 +36,6 @@ if TYPE_CHECKING:  # the host loads models (torch); warming only asks it which i
 log = logging.getLogger(__name__)
 WARM_TIMEOUT_SECONDS = 30.0
 """How long the loader thread waits for the warm requests (a model call each, on the event loop)."""
-V2_FILL = {"BOOL": False, "BYTES": "Hello, world."}  # as /docs' v2 example fills its inputs
 
 
 class Uncounted:
@@ -74,14 +71,8 @@ def predict_body(model: EngineClient) -> bytes | None:
 
 
 def v2_body(model: EngineClient) -> bytes:
-    """A v2 infer body of one sample, as /docs' example (service/http/openapi_schemas.py)."""
-    tensors = metadata(model.name, model.schema, VERSION, model.info.handler)["inputs"]
-    inputs = []
-    for tensor in tensors:
-        shape = [1 if d == -1 else d for d in tensor["shape"]]
-        data = zeros((math.prod(shape),), V2_FILL.get(tensor["datatype"], 0))
-        inputs.append({"name": tensor["name"], "datatype": tensor["datatype"], "shape": shape, "data": data})
-    return orjson.dumps({"inputs": inputs})
+    """A v2 infer body of one sample, as /docs' example."""
+    return orjson.dumps(v2_sample(model.name, model.schema, model.info.handler))
 
 
 async def answer(handler: ASGIApp, path: str, params: Mapping[str, Any], body: bytes) -> int:
