@@ -105,7 +105,10 @@ class ServedModel:
                      self.name, self.selection.name, self.plan.intra_op_threads, self.plan.runtimes)  # fmt: skip
         if forked and self.wide_choice.enabled:
             choice = self.wide_choice
-            lane, why_not = build_lane_bounded(backend, self.module, self.options, choice.threads, choice.min_rows)
+            quiet = choice.quiet_seconds()
+            lane, why_not = build_lane_bounded(
+                backend, self.module, self.options, choice.threads, choice.min_rows, quiet_seconds=quiet
+            )
             if lane is None:
                 log.warning("model %r: serving without a wide lane in this process: %s", self.name, why_not)
                 self.wide_choice = replace(choice, enabled=False, reason=f"{choice.reason}; {why_not}")

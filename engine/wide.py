@@ -57,6 +57,10 @@ PROBE_APART_SECONDS = 60.0
 """The longest a wide lane measured in a process of its own may take (``Runtime.wide_probe_apart``:
 its start, compile and timed calls; MiniLM's take a few seconds): past it the model serves
 without the lane, and start-up goes on."""
+QUIET_SECONDS = (0.002, 0.1)
+"""How long the other serving processes must have been out of calls before one alone runs wide:
+the model's own narrow call time, within these bounds (inferpool.engine.pod_load). A loaded
+process's gap between calls is far shorter than a call; an idle one's far longer."""
 LANE_BUILD_SECONDS = 60.0
 """The longest a serving process waits for its own wide lane to build before serving without it."""
 PROBE_UNDER_SECONDS = 0.02
@@ -77,18 +81,24 @@ class WideChoice:
     min_rows: int = 1
     """Calls of fewer samples run narrow: they were measured not to gain."""
 
+    def quiet_seconds(self) -> float:
+        low, high = QUIET_SECONDS
+        return low if self.narrow_ms is None else min(high, max(low, self.narrow_ms / 1e3))
+
     def report(self) -> dict[str, Any]:
         figures = {"narrow_ms": self.narrow_ms, "wide_ms": self.wide_ms} if self.narrow_ms is not None else {}
         return {"threads": self.threads, "enabled": self.enabled, "reason": self.reason, "min_rows": self.min_rows,
-                **figures}  # fmt: skip
+                "quiet_ms": round(self.quiet_seconds() * 1e3, 3), **figures}  # fmt: skip
 
 
 class WideLane:
     """One wide runtime, taken only when free: a call never waits for it."""
 
-    def __init__(self, runtime: Runtime, min_rows: int = 1) -> None:
+    def __init__(self, runtime: Runtime, min_rows: int = 1, quiet_seconds: float = QUIET_SECONDS[0]) -> None:
         self.runtime = runtime
         self.min_rows = min_rows
+        self.quiet_seconds = quiet_seconds
+        """Taken only once the other processes have been out of calls this long (pod_load)."""
         self._free = threading.Lock()
         self.calls = 0
 
@@ -110,18 +120,19 @@ def wide_options(options: RuntimeOptions, threads: int) -> RuntimeOptions:
 
 
 def build_lane(
-    backend: type[Runtime], module: InferenceModule, options: RuntimeOptions, threads: int, min_rows: int = 1
-) -> WideLane:
+    backend: type[Runtime], module: InferenceModule, options: RuntimeOptions, threads: int, min_rows: int = 1,
+    quiet_seconds: float = QUIET_SECONDS[0],
+) -> WideLane:  # fmt: skip
     """A warm wide lane on a new artifact of ``threads`` intra-op threads (built in the process that serves)."""
     wide = wide_options(options, threads)
     runtime = backend(module, wide, backend.wide_artifact(module, options, threads))
     runtime.warmup()
-    return WideLane(runtime, min_rows)
+    return WideLane(runtime, min_rows, quiet_seconds)
 
 
 def build_lane_bounded(
     backend: type[Runtime], module: InferenceModule, options: RuntimeOptions, threads: int, min_rows: int = 1,
-    timeout: float = LANE_BUILD_SECONDS,
+    timeout: float = LANE_BUILD_SECONDS, quiet_seconds: float = QUIET_SECONDS[0],
 ) -> tuple[WideLane | None, str]:  # fmt: skip
     """``build_lane`` on a thread of its own, waited for at most ``timeout`` seconds: a compile that
     hangs (a thread pool a fork left broken) or fails costs this process its lane, not its start.
@@ -131,7 +142,7 @@ def build_lane_bounded(
 
     def build() -> None:
         try:
-            built.append(build_lane(backend, module, options, threads, min_rows))
+            built.append(build_lane(backend, module, options, threads, min_rows, quiet_seconds))
         except Exception as exc:  # noqa: BLE001 -- any failure costs the lane, never the model
             failed.append(exc)
 
@@ -260,6 +271,7 @@ def choose(
     lane = timer.lane if choice.enabled else None
     if lane is not None:
         lane.min_rows = choice.min_rows
+        lane.quiet_seconds = choice.quiet_seconds()
     return choice, lane
 
 

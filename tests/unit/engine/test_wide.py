@@ -16,7 +16,15 @@ from inferpool.engine.module import InferenceModule
 from inferpool.engine.options import RuntimeOptions
 from inferpool.engine.pod_load import PodLoad
 from inferpool.engine.runtime_set import RuntimeSet
-from inferpool.engine.wide import WideLane, build_lane_bounded, choose, lane_memory_refusal, usable_memory_bytes
+from inferpool.engine.wide import (
+    QUIET_SECONDS,
+    WideChoice,
+    WideLane,
+    build_lane_bounded,
+    choose,
+    lane_memory_refusal,
+    usable_memory_bytes,
+)
 from inferpool.engine.zoo.mlp import build as build_mlp
 
 
@@ -83,11 +91,11 @@ def test_a_backend_without_a_wide_artifact_is_left_alone(module):
     assert "builds no wide artifact" in choice.reason
 
 
-def _runtime_set(module: InferenceModule, pod: PodLoad) -> RuntimeSet:
+def _runtime_set(module: InferenceModule, pod: PodLoad, quiet_seconds: float = 0.002) -> RuntimeSet:
     options = RuntimeOptions(warmup_iters=0)
     backend = _sleeper(0.0, 0.0)
     runtimes = RuntimeSet("fake", backend, "narrow", module, options, 1, pod)
-    runtimes.wide = WideLane(backend(module, options, "wide"))
+    runtimes.wide = WideLane(backend(module, options, "wide"), quiet_seconds=quiet_seconds)
     return runtimes
 
 
@@ -114,8 +122,47 @@ def test_a_call_alone_in_the_pod_runs_wide_and_beside_another_narrow(module):
     finally:
         done.set()
         other.join(30)
+    time.sleep(0.01)  # past the lane's quiet window (2 ms)
     assert runtimes.run(module.example_inputs)["lane"] == "wide"
     assert pod.running() == 0  # every call left
+
+
+def _other_process_calls_once(pod: PodLoad) -> None:
+    pod.claim(1)
+    pod.enter()
+    pod.leave()
+
+
+def test_a_call_runs_wide_only_once_the_other_processes_have_been_quiet_a_while(module):
+    """Under load another process is between calls only briefly: a call starting in that gap
+    would share the cores with its next call, so it runs narrow until the gap outlasts a call."""
+    pod = PodLoad(processes=2)
+    pod.active = True
+    runtimes = _runtime_set(module, pod, quiet_seconds=1.0)
+    assert runtimes.run(module.example_inputs)["lane"] == "wide"  # this process's own calls do not count
+    assert runtimes.run(module.example_inputs)["lane"] == "wide"
+    other = multiprocessing.get_context("fork").Process(target=_other_process_calls_once, args=(pod,))
+    other.start()
+    other.join(30)
+    ended = time.monotonic()
+    assert runtimes.run(module.example_inputs)["lane"] == "narrow"
+    time.sleep(max(0.0, 1.05 - (time.monotonic() - ended)))
+    assert pod.quiet_elsewhere(1.0)
+    assert runtimes.run(module.example_inputs)["lane"] == "wide"
+
+
+def test_the_quiet_window_is_the_models_call_time_within_bounds():
+    assert WideChoice(2, True, "", narrow_ms=9.5, wide_ms=6.0).quiet_seconds() == pytest.approx(0.0095)
+    assert WideChoice(2, True, "", narrow_ms=0.5, wide_ms=0.3).quiet_seconds() == QUIET_SECONDS[0]
+    assert WideChoice(2, True, "", narrow_ms=800.0, wide_ms=400.0).quiet_seconds() == QUIET_SECONDS[1]
+    assert WideChoice(2, True, "", narrow_ms=9.5, wide_ms=6.0).report()["quiet_ms"] == 9.5
+
+
+def test_a_chosen_lane_carries_the_quiet_window_of_its_measurement(module):
+    backend = _sleeper(0.005, 0.002)
+    choice, lane = choose(backend, backend(module, RuntimeOptions()), module, RuntimeOptions(), cpus=2)
+    assert lane is not None
+    assert lane.quiet_seconds == choice.quiet_seconds() >= 0.005
 
 
 def test_an_inactive_pod_counts_nothing(module):
@@ -129,8 +176,12 @@ def test_a_replacement_process_resets_its_slot():
     pod = PodLoad(processes=2)
     pod.claim(1)
     pod.enter()  # then the process is killed mid-call
+    pod.leave()
+    pod.enter()
     pod.claim(1)
     assert pod.running() == 0
+    pod.claim(0)
+    assert pod.quiet_elsewhere(60.0)  # the killed process's last call is forgotten too
 
 
 class RowSleeper(Sleeper):
