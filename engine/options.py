@@ -176,7 +176,7 @@ class RuntimeOptions:
     lend_idle_cores: str = "auto"
     """A call running alone in the whole server may use every usable CPU instead of its
     runtime's ``intra_op_threads`` (inferpool.engine.wide): ``auto`` (the default) measures the
-    example call at startup and lends when the call takes over 2 ms and runs at least 1.25x faster
+    example call at startup and lends when the call takes over 2 ms and runs at least 1.15x faster
     wide; ``on`` lends without the gate; ``off`` never. Costs one more copy of the backend's
     artifact per serving process where it is on (onnxruntime only today). Ignored when
     ``intra_op_threads`` is above 1: the plan is then yours."""

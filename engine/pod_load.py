@@ -7,11 +7,14 @@ only its own slot (8-byte aligned words: x86-64 and arm64 read and write them wh
 process sums the slots with no lock and no round trip. A reader may see a change a moment
 late: the cost is one call run a little wider or narrower than ideal, never a wrong answer.
 
-"Alone" also needs the other processes to have been quiet for a moment (``quiet_elsewhere``): under
-load a process is between two calls for a millisecond or so (the next request's parsing, the
-last one's answer), and a call that started wide in that gap shares the cores with the other's
-next call (three threads on two cores: MiniLM at 8 connections lost 6 % to it). So each slot also
-holds when its process's last call ended (CLOCK_MONOTONIC, which every process reads alike).
+"Alone" also needs the pod to have been calm for a moment (``calm``): no two calls at once, in any
+process, within the last few milliseconds. Under load a process is between two calls for a
+millisecond or so (the next request's parsing, the last one's answer), and a call that started
+wide in that gap shares the cores with the other's next call (three threads on two cores: MiniLM at
+8 connections lost 6 % to it). So each slot also holds when its process last saw a call start
+beside another (CLOCK_MONOTONIC, which every process reads alike). Overlap, not recent activity,
+is the sign of load: one client whose requests land on alternate processes (a new connection
+each) never overlaps, and keeps the lane.
 
 Counting costs about a microsecond per call, so it runs only once some model of the pod lends
 idle cores (``active``): a pod of 20 µs digits calls pays nothing.
@@ -31,7 +34,7 @@ class PodLoad:
     def __init__(self, processes: int = 1) -> None:
         self.processes = max(1, processes)
         # MAP_SHARED | MAP_ANONYMOUS: the same pages in the parent and every child forked later.
-        # Words 0..n-1: calls running in each process; n..2n-1: when its last call ended (ns).
+        # Words 0..n-1: calls running in each process; n..2n-1: when it last saw two at once (ns).
         self._memory = mmap.mmap(-1, 2 * self.processes * _SLOT.size)
         self._slot = 0
         self._mine = 0
@@ -52,20 +55,20 @@ class PodLoad:
         with self._lock:
             self._mine += 1
             _SLOT.pack_into(self._memory, self._slot * _SLOT.size, self._mine)
-        return self.running()
+        running = self.running()
+        if running > 1:
+            _SLOT.pack_into(self._memory, (self.processes + self._slot) * _SLOT.size, time.monotonic_ns())
+        return running
 
     def leave(self) -> None:
         with self._lock:
             self._mine -= 1
             _SLOT.pack_into(self._memory, self._slot * _SLOT.size, self._mine)
-            _SLOT.pack_into(self._memory, (self.processes + self._slot) * _SLOT.size, time.monotonic_ns())
 
     def running(self) -> int:
         return sum(value for (value,) in _SLOT.iter_unpack(self._memory[: self.processes * _SLOT.size]))
 
-    def quiet_elsewhere(self, seconds: float) -> bool:
-        """No other process ended a call in the last ``seconds`` (nor is in one: see ``running``).
-        This process's own last call does not count: one client's calls follow each other."""
+    def calm(self, seconds: float) -> bool:
+        """No call of the pod started beside another in the last ``seconds``."""
         since = time.monotonic_ns() - int(seconds * 1e9)
-        ended = self._memory[self.processes * _SLOT.size :]
-        return all(at <= since for slot, (at,) in enumerate(_SLOT.iter_unpack(ended)) if slot != self._slot)
+        return all(at <= since for (at,) in _SLOT.iter_unpack(self._memory[self.processes * _SLOT.size :]))

@@ -47,15 +47,15 @@ class RuntimeSet:
         """Set where the model gains from every core when it runs alone (inferpool.engine.wide)."""
 
     def run(self, arrays: Mapping[str, Array]) -> dict[str, Array]:
-        """One call: on the wide lane when it is the only call running in the pod, the other
-        processes have been quiet for a moment and the lane is free, else on a borrowed runtime."""
+        """One call: on the wide lane when it is the only call running in the pod, none ran beside
+        another for a moment and the lane is free, else on a borrowed runtime."""
         pod = self.pod
         if not pod.active:
             return self._run_pooled(arrays)
         alone = pod.enter() == 1
         try:
             wide = self.wide
-            if alone and wide is not None and pod.quiet_elsewhere(wide.quiet_seconds):
+            if alone and wide is not None and pod.calm(wide.quiet_seconds):
                 outputs = wide.try_run(arrays)
                 if outputs is not None:
                     return outputs

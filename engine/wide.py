@@ -44,8 +44,11 @@ log = logging.getLogger(__name__)
 
 MIN_CALL_SECONDS = 0.002
 """Below this a call is too short for threads to pay (the digits CNN's 20 µs would only slow down)."""
-MIN_SPEEDUP = 1.25
-"""Narrow time / wide time needed to keep the lane: a second copy of the weights must earn its place."""
+MIN_SPEEDUP = 1.15
+"""Narrow time / wide time needed to keep the lane: a second copy of the weights must earn its place.
+Not higher: the lane costs a loaded server nothing (it waits for the pod to be quiet, pod_load),
+and MiniLM's one-sentence call, 1.3x faster wide when served, measured 1.27-1.34x in the probe's
+best block: a gate at 1.25 kept its lane in some starts and not others."""
 MEMORY_SHARE = 0.1
 """The lanes of all serving processes together may hold at most this share of the memory the
 server may use (cgroup limit, else what the kernel says is available): each is a copy of the weights."""
@@ -58,9 +61,9 @@ PROBE_APART_SECONDS = 60.0
 its start, compile and timed calls; MiniLM's take a few seconds): past it the model serves
 without the lane, and start-up goes on."""
 QUIET_SECONDS = (0.002, 0.1)
-"""How long the other serving processes must have been out of calls before one alone runs wide:
-the model's own narrow call time, within these bounds (inferpool.engine.pod_load). A loaded
-process's gap between calls is far shorter than a call; an idle one's far longer."""
+"""How long the pod must have gone without two calls at once before one alone runs wide: the
+model's own narrow call time, within these bounds (inferpool.engine.pod_load). Under load calls
+overlap on every call; one stream of calls never does."""
 LANE_BUILD_SECONDS = 60.0
 """The longest a serving process waits for its own wide lane to build before serving without it."""
 PROBE_UNDER_SECONDS = 0.02
@@ -98,7 +101,7 @@ class WideLane:
         self.runtime = runtime
         self.min_rows = min_rows
         self.quiet_seconds = quiet_seconds
-        """Taken only once the other processes have been out of calls this long (pod_load)."""
+        """Taken only once no two calls have run at once in the pod for this long (pod_load)."""
         self._free = threading.Lock()
         self.calls = 0
 
