@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from inferpool.engine.backends.base import Runtime
+from inferpool.engine.calm_timing import calmest_pair
 from inferpool.engine.errors import ModelLoadError
 from inferpool.engine.module import InferenceModule
 from inferpool.engine.options import RuntimeOptions
@@ -195,17 +196,22 @@ def lane_memory_refusal(module: InferenceModule, processes: int, available: int)
 
 class _HereTimer:
     """Times the wide artifact in this process, on the lane it builds at the first call (which
-    ``choose`` hands back when the lane is kept)."""
+    ``choose`` hands back when the lane is kept), its calls alternating with the narrow runtime's
+    (inferpool.engine.calm_timing)."""
 
-    def __init__(self, backend: type[Runtime], module: InferenceModule, options: RuntimeOptions, cpus: int) -> None:
-        self.backend, self.module, self.options, self.cpus = backend, module, options, cpus
+    def __init__(
+        self, backend: type[Runtime], module: InferenceModule, options: RuntimeOptions, cpus: int, narrow: Runtime
+    ) -> None:
+        self.backend, self.module, self.options, self.cpus, self.narrow = backend, module, options, cpus, narrow
         self.lane: WideLane | None = None
 
     def pair(self, rows: int, narrow_seconds: float) -> tuple[float, float]:
-        """``narrow_seconds`` (timed here already) and the wide lane's on ``rows`` samples."""
+        """Narrow and wide seconds on ``rows`` samples, timed here, alternating; the
+        ``narrow_seconds`` timed before the lane was built is not used."""
         lane = self.lane = self.lane or build_lane(self.backend, self.module, self.options, self.cpus)
         example = _example(self.module, rows)
-        return narrow_seconds, _median_seconds(lambda: lane.runtime.run(example))
+        narrow, wide = self.narrow, lane.runtime
+        return calmest_pair(lambda: narrow.run(example), lambda: wide.run(example), REPEATS, MIN_SPEEDUP)
 
 
 class _ApartTimer:
@@ -262,7 +268,11 @@ def choose(
     probe_batches = one < PROBE_UNDER_SECONDS and all(spec.batched for spec in module.schema.inputs)
     rows = [1, BATCH_PROBE] if probe_batches else [1]
     apart = forks and backend.wide_probe_apart
-    timer = _ApartTimer(backend, module, options, cpus, rows) if apart else _HereTimer(backend, module, options, cpus)
+    timer = (
+        _ApartTimer(backend, module, options, cpus, rows)
+        if apart
+        else _HereTimer(backend, module, options, cpus, narrow)
+    )
     try:
         choice = _measure(timer, options, cpus, 1, one)
         if not choice.enabled and probe_batches:

@@ -246,6 +246,8 @@ class OpenVinoRuntime(Runtime):
         """The narrow and ``wide_artifact``'s median seconds on each example, timed alternately by
         inferpool.engine.backends.openvino_probe in an interpreter of its own (this process
         compiles and runs nothing threaded)."""
+        from inferpool.engine.wide import MIN_SPEEDUP  # the gate the probe may stop at; wide imports backends
+
         model, _, _ = model_file(module, options)
         served = _lane_precision(module, options)
         probe = {
@@ -254,6 +256,7 @@ class OpenVinoRuntime(Runtime):
             "narrow_config": compile_config(1, 1, served),
             "examples": [{name: np.ascontiguousarray(a) for name, a in example.items()} for example in examples],
             "repeats": repeats,
+            "enough": MIN_SPEEDUP,
         }
         started = time.perf_counter()
         seconds = probe_apart(pickle.dumps(probe), timeout)

@@ -4,8 +4,8 @@ A process that compiled and ran a model of two threads leaves the processes it f
 hanging when they compile their own (openvino's thread pool, measured: the supervisor's
 children never became ready). So the supervisor, which forks the serving processes, asks a
 fresh interpreter to time the wide artifact instead (inferpool.engine.backends.openvino's
-``wide_seconds_apart``). This module imports nothing but numpy and openvino, so that the
-interpreter starts in well under a second: no torch, no engine.
+``wide_seconds_apart``). This module imports nothing but numpy, openvino and the engine's light
+``calm_timing``, so that the interpreter starts in well under a second: no torch.
 
 The narrow artifact (one thread) is timed here too, its calls alternating with the wide one's:
 a narrow time taken in the parent, seconds earlier, against a wide one taken here let anything
@@ -21,12 +21,12 @@ from __future__ import annotations
 import importlib
 import json
 import pickle
-import statistics
 import sys
-import time
 from typing import Any, TypedDict
 
 import numpy as np
+
+from inferpool.engine.calm_timing import calmest_pair
 
 
 class Probe(TypedDict):
@@ -38,36 +38,23 @@ class Probe(TypedDict):
     """The narrow one's: what a serving runtime runs."""
     examples: list[dict[str, np.ndarray]]
     repeats: int
+    enough: float
+    """The gate's speedup: a block that reaches it ends the timing (inferpool.engine.calm_timing)."""
 
 
-BLOCKS = 3
-"""Alternating narrow and wide calls are timed in this many blocks, ``PAUSE_SECONDS`` apart, and the
-block with the best narrow / wide ratio is reported. A neighbour on a shared host slows the wide
-call (which needs every core) far more than the narrow one, for a second or so at a time: on the
-2-vCPU machine of docs/BENCHMARKS.md (fourteenth session; ~4 % steal), single blocks of MiniLM's
-call measured 0.76-1.40x where the quiet-machine figure is ~1.3x, and the start-up gate kept the
-lane in about half the starts. The lane only runs when the pod is idle, so the quiet figure is
-the one that matters."""
-PAUSE_SECONDS = 0.1
-
-
-def median_pair(narrow: Any, wide: Any, inputs: dict[str, np.ndarray], repeats: int) -> list[float]:
-    """The median seconds of ``repeats`` narrow and wide calls on ``inputs``, alternating, from the
-    block (of ``BLOCKS``) where wide gained most."""
-    for request in (narrow, wide):
-        request.infer(inputs, share_inputs=True)  # warm: a new shape's first run allocates
-    blocks = []
-    for block in range(BLOCKS):
-        if block:
-            time.sleep(PAUSE_SECONDS)
-        times: tuple[list[float], list[float]] = ([], [])
-        for _ in range(repeats):
-            for request, kept in zip((narrow, wide), times, strict=True):
-                started = time.perf_counter()
-                request.infer(inputs, share_inputs=True)
-                kept.append(time.perf_counter() - started)
-        blocks.append([statistics.median(kept) for kept in times])
-    return max(blocks, key=lambda pair: pair[0] / pair[1])
+def median_pair(
+    narrow: Any, wide: Any, inputs: dict[str, np.ndarray], repeats: int, enough: float = float("inf")
+) -> list[float]:
+    """The median seconds of ``repeats`` narrow and wide calls on ``inputs``, alternating, from
+    the calmest block (inferpool.engine.calm_timing)."""
+    return list(
+        calmest_pair(
+            lambda: narrow.infer(inputs, share_inputs=True),
+            lambda: wide.infer(inputs, share_inputs=True),
+            repeats,
+            enough,
+        )
+    )
 
 
 def measure(probe: Probe) -> list[list[float]]:
@@ -80,7 +67,7 @@ def measure(probe: Probe) -> list[list[float]]:
     narrow, wide = (
         core.compile_model(read, "CPU", probe[key]).create_infer_request() for key in ("narrow_config", "config")
     )
-    return [median_pair(narrow, wide, example, probe["repeats"]) for example in probe["examples"]]
+    return [median_pair(narrow, wide, example, probe["repeats"], probe["enough"]) for example in probe["examples"]]
 
 
 def main() -> None:

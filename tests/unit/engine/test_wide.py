@@ -350,13 +350,32 @@ class _TimedRequest:
 def test_the_apart_probe_reports_its_quietest_block(monkeypatch):
     """A neighbour that slows the wide call for a while (steal on a shared host) must not decide:
     the block where the lane gained most is the one reported."""
+    from inferpool.engine import calm_timing
     from inferpool.engine.backends import openvino_probe
 
-    monkeypatch.setattr(openvino_probe, "BLOCKS", 3)
-    monkeypatch.setattr(openvino_probe, "PAUSE_SECONDS", 0.0)
+    monkeypatch.setattr(calm_timing, "BLOCKS", 3)
+    monkeypatch.setattr(calm_timing, "PAUSE_SECONDS", 0.0)
     repeats = 3
     narrow = _TimedRequest([0.0] + [0.004] * 3 * repeats)
     wide = _TimedRequest([0.0] + [0.008] * repeats + [0.002] * repeats + [0.006] * repeats)  # slowed, quiet, slowed
     narrow_seconds, wide_seconds = openvino_probe.median_pair(narrow, wide, {}, repeats)
     assert wide_seconds < 0.005  # the quiet block's (the slowed ones' calls sleep 6 and 8 ms)
     assert narrow_seconds > wide_seconds
+
+
+def test_a_block_that_gains_enough_ends_the_timing(monkeypatch):
+    from inferpool.engine import calm_timing
+
+    monkeypatch.setattr(calm_timing, "PAUSE_SECONDS", 0.0)
+    calls = {"narrow": 0, "wide": 0}
+
+    def count(name: str, seconds: float) -> Any:
+        def call() -> None:
+            calls[name] += 1
+            time.sleep(seconds)
+
+        return call
+
+    narrow_seconds, wide_seconds = calm_timing.calmest_pair(count("narrow", 0.004), count("wide", 0.001), 3, enough=1.5)
+    assert narrow_seconds > wide_seconds
+    assert calls == {"narrow": 4, "wide": 4}  # the warm call and one block: it gained enough
