@@ -123,6 +123,8 @@ class SpreadAcceptor:
         self.accepted = self.deferred = self.shed = 0
         """Connections taken, wake-ups left to the other processes, connections shed (tests, logs)."""
         self._shedding: asyncio.Protocol | None = None
+        self._gone: set[asyncio.Protocol] = set()
+        """Connections counted out at their client's EOF, whose connection_lost is still to come."""
         self._next_look = 0.0
         self._protocol = self._counted(protocol)
         self._arguments = arguments
@@ -177,6 +179,12 @@ class SpreadAcceptor:
         acceptor = self
 
         class Counted(base):  # type: ignore[valid-type, misc]
+            def eof_received(self) -> bool | None:
+                kept: bool | None = super().eof_received()
+                if not kept:  # the client has gone and the transport closes now
+                    acceptor._left(self)
+                return kept
+
             def connection_lost(self, exc: Exception | None) -> None:
                 acceptor._lost(self)
                 super().connection_lost(exc)
@@ -228,7 +236,20 @@ class SpreadAcceptor:
             self._shedding = protocol
             self.shed += 1
 
+    def _left(self, protocol: asyncio.Protocol) -> None:
+        # Counted out at the client's EOF, not a loop iteration later at connection_lost: the
+        # socket is closed by then, and a burst of clients queued in between would be split by
+        # the stale count (a peer holding "one more" defers, and this one takes the whole burst).
+        self._gone.add(protocol)
+        self._count_out(protocol)
+
     def _lost(self, protocol: asyncio.Protocol | None) -> None:
+        if protocol is not None and protocol in self._gone:
+            self._gone.discard(protocol)
+            return
+        self._count_out(protocol)
+
+    def _count_out(self, protocol: asyncio.Protocol | None) -> None:
         if protocol is not None and protocol is self._shedding:
             self._shedding = None
         self.open -= 1

@@ -83,6 +83,36 @@ def test_takes_connections_while_it_holds_no_more_than_the_others_and_counts_the
     asyncio.run(scenario())
 
 
+class _SeesItsEof(_Kept):
+    """Notes this process's published count in the loop iteration after its client's EOF: the
+    one where its connection is closed but connection_lost has not run yet."""
+
+    counts: ConnectionCounts
+    seen: list[int]
+
+    def eof_received(self) -> None:
+        asyncio.get_running_loop().call_soon(lambda: type(self).seen.append(type(self).counts.get(0)))
+
+
+def test_a_connection_stops_counting_at_its_clients_eof_not_a_loop_iteration_later():
+    async def scenario() -> None:
+        listener, counts = _listener(), ConnectionCounts(2)
+        _SeesItsEof.counts, _SeesItsEof.seen = counts, []
+        acceptor = SpreadAcceptor(listener, _SeesItsEof, {}, counts, slot=0, board=None)
+        client = socket.create_connection(listener.getsockname())
+        await _until(lambda: counts.get(0) == 1)
+        client.close()
+        await _until(lambda: _SeesItsEof.seen)
+        assert _SeesItsEof.seen == [0]  # already out while the transport closes
+        await asyncio.sleep(0.05)  # connection_lost has come and gone: counted out once, not twice
+        assert counts.get(0) == 0
+        assert acceptor.open == 0
+        acceptor.close()
+        listener.close()
+
+    asyncio.run(scenario())
+
+
 def test_leaves_a_connection_to_a_process_with_fewer_then_takes_it_if_nobody_does():
     async def scenario() -> None:
         listener, counts = _listener(), ConnectionCounts(2)
