@@ -95,6 +95,11 @@ class ModelHost:
         self._loader.join(timeout)
 
     @property
+    def loading(self) -> bool:
+        """The models are still starting or warming (the loader thread runs)."""
+        return self._loader.is_alive()
+
+    @property
     def status(self) -> Readiness:
         if self.error is not None:
             return Readiness.FAILED

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import logging
 import signal
 import socket
@@ -36,7 +37,7 @@ request is already on its way gets a 503 and ``Connection: close`` instead of a 
 class DrainingServer(uvicorn.Server):
     def __init__(
         self, config: uvicorn.Config, host: ModelHost, requests: Activity, drain_seconds: float,
-        counts: ConnectionCounts | None = None,
+        counts: ConnectionCounts | None = None, accept_once_serving: bool = False,
     ) -> None:  # fmt: skip
         super().__init__(config)
         self.host = host
@@ -45,19 +46,32 @@ class DrainingServer(uvicorn.Server):
         self.counts = counts
         """Set when several serving processes share the listening socket: connections are spread
         evenly over them (inferpool.service.processes.spread) instead of going to whichever wakes first."""
+        self.accept_once_serving = accept_once_serving
+        """Take no connection before the models serve: set where other processes serve meanwhile (a
+        model change's new process, a crashed one's replacement). A connection taken while the
+        models start and warm would be answered 503 "loading" (1 of 8,151 requests of a swap under
+        load in CI) when the process beside it could have served it; left in the listen queue it is."""
         self._loop: asyncio.AbstractEventLoop | None = None
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         self._loop = asyncio.get_running_loop()
-        if self.counts is None or not sockets:
+        if not sockets or (self.counts is None and not self.accept_once_serving):
             await super().startup(sockets)
             return
-        await super().startup([])  # the lifespan and uvicorn's state, but no accepting of its own
+        await super().startup([])  # the lifespan (which starts the models) and uvicorn's state, no accepting yet
+        while self.accept_once_serving and self.host.loading and not (self.should_exit or self.host.stopping):
+            await asyncio.sleep(POLL_SECONDS)  # the warm requests run on this loop meanwhile
+        if self.should_exit or self.host.stopping:
+            return  # a stop came first: nothing was taken, the others (or the backlog's answers) have it
         config = self.config
         protocol: type[asyncio.Protocol] = config.http_protocol_class
         arguments = {"config": config, "server_state": self.server_state, "app_state": self.lifespan.state}
         for listener in sockets:
             listener.setblocking(False)
+            if self.counts is None:  # uvicorn's own accepting, started later
+                made = functools.partial(protocol, **arguments)
+                self.servers.append(await self._loop.create_server(made, sock=listener, backlog=config.backlog))
+                continue
             acceptor = SpreadAcceptor(listener, protocol, arguments, self.counts, self.host.slot, self.host.board)
             self.servers.append(acceptor)  # type: ignore[arg-type]  # uvicorn only closes and awaits them
 

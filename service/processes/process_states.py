@@ -39,6 +39,9 @@ class ProcessBoard:
     def all_ready(self) -> bool:
         return not self.draining and all(self._memory[slot + 1] == READY for slot in range(self.processes))
 
+    def any_ready(self) -> bool:
+        return any(self._memory[slot + 1] == READY for slot in range(self.processes))
+
     def settled(self, generation: int) -> bool:
         """Every process is ready and serves the model set of ``generation``."""
         first = self._generations

@@ -31,9 +31,9 @@ log = logging.getLogger(__name__)
 class RetiringServer(DrainingServer):
     def __init__(
         self, config: uvicorn.Config, host: ModelHost, requests: Activity, drain_seconds: float, control: Control,
-        counts: ConnectionCounts | None = None,
+        counts: ConnectionCounts | None = None, accept_once_serving: bool = False,
     ) -> None:  # fmt: skip
-        super().__init__(config, host, requests, drain_seconds, counts)
+        super().__init__(config, host, requests, drain_seconds, counts, accept_once_serving)
         self.control = control
         self.retiring = False
 

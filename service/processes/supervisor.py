@@ -128,6 +128,7 @@ class Supervisor:
         (the slot stays as it is on the board meanwhile: the pod stays ready)."""
         if not replacing:
             self.board.mark(slot, DOWN)
+        serving_elsewhere = replacing or self.board.any_ready()
         ours, theirs = supervisor_channel.pair()
         pid = os.fork()
         if pid == 0:  # the serving process: never returns into the supervisor's stack
@@ -135,7 +136,7 @@ class Supervisor:
             try:
                 for sock in [ours, *self.channels.values()]:
                     sock.close()
-                code = self._serve(slot, listener, host, theirs)
+                code = self._serve(slot, listener, host, theirs, serving_elsewhere)
             except BaseException:
                 log.exception("serving process %d failed", slot)
             finally:
@@ -146,7 +147,9 @@ class Supervisor:
         self.children[pid] = (slot, time.monotonic())
         return pid
 
-    def _serve(self, slot: int, listener: socket.socket, host: ModelHost, channel: socket.socket) -> int:
+    def _serve(
+        self, slot: int, listener: socket.socket, host: ModelHost, channel: socket.socket, serving_elsewhere: bool
+    ) -> int:
         from inferpool.service.app import create_app
         from inferpool.service.processes.retiring_server import RetiringServer
 
@@ -162,7 +165,7 @@ class Supervisor:
         app.state.control = calls if self.settings.model_repository is not None else None
         config = uvicorn.Config(app, **self.options)  # type: ignore[arg-type]
         drain = self.settings.drain_seconds
-        server = RetiringServer(config, host, app.state.activity, drain, calls, self.connections)
+        server = RetiringServer(config, host, app.state.activity, drain, calls, self.connections, serving_elsewhere)
         server.run(sockets=[listener])
         return 0
 
