@@ -71,9 +71,12 @@ class ModelHost:
         self.error: str | None = None
         self.draining = False  # set on SIGTERM: new requests are refused, accepted ones finish
         self.closed = False
-        self._loader = threading.Thread(target=self._load, name="inferpool-loader", daemon=True)
+        self._loader: threading.Thread | None = None
 
     def start(self) -> None:
+        # Made here, not in __init__: the supervisor makes the host and forks, and a Thread made
+        # before a fork and started after it says it is not alive while it runs (CPython 3.11).
+        self._loader = threading.Thread(target=self._load, name="inferpool-loader", daemon=True)
         self._loader.start()
 
     def join(self, board: ProcessBoard, slot: int) -> None:
@@ -92,12 +95,13 @@ class ModelHost:
         _freeze_heap()  # before the fork: pages the collector would otherwise write stay shared
 
     def wait_loaded(self, timeout: float | None = None) -> None:
-        self._loader.join(timeout)
+        if self._loader is not None:
+            self._loader.join(timeout)
 
     @property
     def loading(self) -> bool:
-        """The models are still starting or warming (the loader thread runs)."""
-        return self._loader.is_alive()
+        """The models are not serving yet: not started, or starting and warming (the loader runs)."""
+        return self._loader is None or self._loader.is_alive()
 
     @property
     def status(self) -> Readiness:
