@@ -2,8 +2,9 @@
 
 Binary inputs are *viewed*, not parsed: ``np.frombuffer`` over the request body (a bytearray,
 so the view is writable and torch takes it without a copy), after checking that datatype,
-shape and byte count agree. Binary outputs are the runtime's arrays' own bytes appended to
-the response. This is the HTTP counterpart of AOTInductor's ArrayRef interface.
+shape and byte count agree; copied once only when the view would be misaligned. Binary
+outputs are the runtime's arrays' own bytes appended to the response. This is the HTTP
+counterpart of AOTInductor's ArrayRef interface.
 
 ``BYTES`` tensors (text, for models with a handler: inferpool.engine.handlers) are object arrays of
 ``bytes``: in JSON a list of strings, in binary each element a 4-byte little-endian length and
@@ -198,6 +199,11 @@ def _input(
         if offset + size > len(body):
             raise bad(f"input '{name}': the body ends {offset + size - len(body)} bytes before its binary data")
         array = np.frombuffer(body, dtype=dtype, count=numel, offset=offset)
+        if not array.flags.aligned:
+            # The JSON header's length puts the data at any byte. numpy reads a misaligned view
+            # without SIMD (the engine's finite check on a ResNet-50 image: 400-480 µs, against
+            # 16 aligned); one copy (~50 µs) gives an aligned array.
+            array = array.copy()
         return name, array.reshape(shape), offset + size
     if "data" not in tensor:
         raise bad(f"input '{name}' has neither 'data' nor a binary_data_size parameter")
