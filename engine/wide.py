@@ -13,7 +13,7 @@ thread count and at every core; the wide lane is kept only when the call is long
 threads to pay (``MIN_CALL_SECONDS``) and measurably faster wide (``MIN_SPEEDUP``). Explicit
 settings win: ``lend_idle_cores = "off"``, or an ``intra_op_threads`` above 1, keep the plan as
 configured. Backends opt in through ``Runtime.wide_artifact`` (onnxruntime: a second session
-whose pool threads sleep between runs instead of spinning, so an idle wide lane costs no CPU;
+whose pool threads stop spinning when its run returns, so an idle wide lane costs no CPU;
 openvino: one stream of every core, in the served precision).
 
 Where it is measured: in the process that loads, unless that process forks the serving processes

@@ -230,10 +230,13 @@ class OnnxRuntime(Runtime):
     @classmethod
     def wide_artifact(cls, module: InferenceModule, options: RuntimeOptions, threads: int) -> Any:
         """A second session on the same checked export for ``threads`` intra-op threads, whose pool
-        threads sleep between runs: it serves only a call running alone (inferpool.engine.wide), and a
-        spinning pool would take the cores the narrow runtimes need once others arrive."""
+        threads stop spinning as soon as its run returns: it serves only a call running alone
+        (inferpool.engine.wide), and a pool still spinning after it would take the cores the narrow
+        runtimes need once others arrive. They spin within a run: ResNet-50 on 2 threads, one call
+        every 2-20 ms, took 31.6 ms a call against 32.6 with spinning off, at the same 1.2 cores
+        between calls (docs/BENCHMARKS.md, fifteenth session)."""
         so = session_options(replace(options, intra_op_threads=threads))
-        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        so.add_session_config_entry("session.force_spinning_stop", "1")
         served = onnx_file_session(module, so)
         if served is not None:
             return served
