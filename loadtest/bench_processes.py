@@ -1,6 +1,6 @@
 """Serving processes: memory of the whole process tree and start-up, one process vs the default.
 
-    python -m loadtest.bench_processes [--seconds 10] [--only digits,minilm-eager,minilm-onnxruntime]
+    python -m loadtest.bench_processes [--seconds 10] [--only digits,minilm,resnet50,minilm-eager,...]
 
 For each scenario, a server with ``--workers 1`` and one with no ``--workers`` (the default:
 one serving process per usable CPU), started one at a time: seconds from start to the first
@@ -29,6 +29,8 @@ SCENARIOS: dict[str, tuple[tuple[str, ...], str, int]] = {
     "digits": ((), "digits-json", 8),
     "minilm-eager": (("--config", "config/minilm.toml", "--runtime.backend", "eager"), "minilm-json", 16),
     "minilm-onnxruntime": (("--config", "config/minilm.toml", "--runtime.backend", "onnxruntime"), "minilm-json", 16),
+    "minilm": (("--config", "config/minilm.toml"), "minilm-json", 16),  # as shipped (openvino bf16, wide lane)
+    "resnet50": (("--model", "loadtest.resnet:build"), "resnet50-v2-binary", 4),
 }
 
 
