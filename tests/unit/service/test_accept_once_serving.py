@@ -58,6 +58,17 @@ async def _client(address: tuple[str, int]) -> socket.socket:
     return sock
 
 
+async def _answered_then_stopped(client: socket.socket, server: DrainingServer, listener: socket.socket) -> None:
+    """``client``'s request gets its 200; then the server and the sockets are closed."""
+    answer = await _answer(client, 5)
+    assert answer is not None
+    assert answer.startswith(b"HTTP/1.1 200")
+    client.close()
+    server.should_exit = True
+    await server.shutdown()
+    listener.close()
+
+
 @pytest.mark.parametrize("spread", [False, True], ids=["uvicorn's accepting", "spread accepting"])
 def test_a_process_served_beside_takes_connections_only_once_its_models_serve(spread):
     async def scenario() -> None:
@@ -70,13 +81,7 @@ def test_a_process_served_beside_takes_connections_only_once_its_models_serve(sp
         assert not starting.done()
         host.loading = False
         await asyncio.wait_for(starting, 5)
-        answer = await _answer(client, 5)
-        assert answer is not None
-        assert answer.startswith(b"HTTP/1.1 200")
-        client.close()
-        server.should_exit = True
-        await server.shutdown()
-        listener.close()
+        await _answered_then_stopped(client, server, listener)
 
     asyncio.run(scenario())
 
@@ -87,13 +92,7 @@ def test_the_first_start_takes_connections_while_its_models_load():
         server = _server(_host(), ConnectionCounts(2), accept_once_serving=False)
         await asyncio.wait_for(server.startup(sockets=[listener]), 5)
         client = await _client(listener.getsockname())
-        answer = await _answer(client, 5)  # nobody else serves: answered (a real app says "loading")
-        assert answer is not None
-        assert answer.startswith(b"HTTP/1.1 200")
-        client.close()
-        server.should_exit = True
-        await server.shutdown()
-        listener.close()
+        await _answered_then_stopped(client, server, listener)  # nobody else serves (a real app says "loading")
 
     asyncio.run(scenario())
 
