@@ -144,9 +144,18 @@ class EngineClient(Protocol):
     """A request's deadline below this many ms is invalid (inferpool.engine.deadline_floor): read
     on every request, so a plain attribute, not a field of ``info`` (which is built on each read)."""
 
+    inline: bool
+    """Whether its requests run on the event loop thread itself: then ``infer_inline`` answers
+    one without a coroutine (read on every request, so a plain attribute)."""
+
     async def infer(self, inputs: object, deadline: float | None = None, request_id: str | None = None) -> Prediction:
         """Run one request: ``inputs`` as decoded (JSON value or named arrays), ``deadline`` an
         absolute ``time.monotonic()`` (None: none), ``request_id`` for the engine's logs."""
+        ...
+
+    def infer_inline(self, inputs: object, deadline: float | None = None, request_id: str | None = None) -> Prediction:
+        """``infer``'s answer, computed now, on the calling (event loop) thread; only for a model
+        whose ``inline`` is True."""
         ...
 
     def stats(self) -> ModelStats: ...

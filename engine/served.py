@@ -79,6 +79,9 @@ class ServedModel:
         self.executor: Executor = EXECUTORS["inline"](self.pipeline, self._executor_config())
         self.in_flight = 0
         self.accepting = False
+        self.inline = False
+        """Whether its requests run on the event loop itself (the inline executor): then
+        ``infer_inline`` answers one with no await (a front end can skip its task)."""
         if start:
             self.start()
 
@@ -121,6 +124,7 @@ class ServedModel:
             self.pipeline.floor = self.deadline_floor
             self.deadline_floor_ms = self.deadline_floor.ms()
         self.executor = EXECUTORS[self.dispatch_mode](self.pipeline, self._executor_config())
+        self.inline = self.dispatch_mode == "inline"
         self.accepting = True
 
     def resize(self, plan: ThreadPlan) -> None:
@@ -201,6 +205,19 @@ class ServedModel:
         self.in_flight += 1
         try:
             return await self.executor.infer(inputs, deadline, request_id)
+        finally:
+            self.in_flight -= 1
+
+    def infer_inline(self, inputs: object, deadline: float | None = None, request_id: str | None = None) -> Prediction:
+        """``infer`` for a model whose executor is inline (``self.inline``), on the event loop
+        thread, without a coroutine: what the inline executor's ``infer`` would return."""
+        if not self.accepting:
+            raise NotReady(f"model {self.name!r} is shutting down")
+        if not self.inline:
+            raise RuntimeError(f"model {self.name!r} runs on its {self.dispatch_mode!r} executor, not inline")
+        self.in_flight += 1
+        try:
+            return self.pipeline.inline(inputs, deadline, request_id)
         finally:
             self.in_flight -= 1
 

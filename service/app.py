@@ -14,11 +14,12 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from inferpool.engine.client import EngineClient
-from inferpool.service.auth import ApiKeyAuth
+from inferpool.service.auth import ApiKey, ApiKeyAuth
 from inferpool.service.errors import install_error_handlers
 from inferpool.service.frontdoor import Activity, FrontDoor, Served
 from inferpool.service.grpc.server import front_end
 from inferpool.service.http.fastpath import InferPoolApp
+from inferpool.service.http.lane import Lane
 from inferpool.service.http.middleware import RequestContext
 from inferpool.service.http.openapi import model_aware_openapi
 from inferpool.service.http.routes import health, openai, predict, repository, v2
@@ -123,6 +124,10 @@ def create_app(settings: Settings, host: ModelHost | None = None) -> FastAPI:
         openai.embeddings: openai.Embeddings(door),
     }
     app.state.hot_routers = [predict.router, v2.router, openai.router]
+    if observer is None:
+        key = settings.api_key
+        auth = None if key is None else ApiKey(key.get_secret_value(), settings.auth_exempt)
+        app.lane = Lane(answer_predict, activity, metrics, settings.max_body_bytes, auth, bool(settings.cors_origins))
     app.include_router(predict.router)
     app.include_router(health.router)
     app.include_router(v2.router)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from inferpool.engine.client import EngineClient
+from inferpool.engine.client import EngineClient, Prediction
 from inferpool.engine.errors import DeadlineBelowFloor, Overloaded
 from inferpool.service.telemetry.logs import model_served
 from inferpool.service.telemetry.metrics import Inference, Labels, Metrics
@@ -146,16 +146,40 @@ class FrontDoor:
         """Run the request and encode its answer: ``timeout`` is the X-Request-Timeout-Ms header,
         ``timeout_ms`` the v2 parameter, ``remaining`` a gRPC caller's own deadline (seconds);
         ``received``/``parsed`` when the body began to arrive and when it was decoded."""
-        model = served.model
-        when = deadline(timeout, self.timeout_ms, timeout_ms, floor_ms=model.deadline_floor_ms)
+        when, field = self._deadline(served, timeout, timeout_ms, remaining)
+        try:
+            prediction = await served.model.infer(inputs, when, rid)
+        except DeadlineBelowFloor as exc:  # a request of more samples than one: its floor, once counted
+            raise below_floor(exc, field) from None
+        return self._answered(served, prediction, encode, decoded, received, parsed)
+
+    def infer_inline(
+        self, served: Served, inputs: object, encode: Encoder[C, T], decoded: C, *, received: float, parsed: float,
+        rid: str | None, timeout: bytes | None = None,
+    ) -> tuple[T, Inference]:  # fmt: skip
+        """``infer`` for a model whose requests run inline (``served.model.inline``), without a
+        coroutine: the HTTP lane answers such requests from the parser's callbacks."""
+        when, field = self._deadline(served, timeout, None, None)
+        try:
+            prediction = served.model.infer_inline(inputs, when, rid)
+        except DeadlineBelowFloor as exc:
+            raise below_floor(exc, field) from None
+        return self._answered(served, prediction, encode, decoded, received, parsed)
+
+    def _deadline(
+        self, served: Served, timeout: bytes | None, timeout_ms: float | None, remaining: float | None
+    ) -> tuple[float | None, str | None]:
+        """The request's absolute deadline, and the field it came from (for a floor's error)."""
+        when = deadline(timeout, self.timeout_ms, timeout_ms, floor_ms=served.model.deadline_floor_ms)
         field = "parameter 'timeout'" if timeout_ms is not None else "X-Request-Timeout-Ms" if timeout else None
         channel = None if remaining is None else time.monotonic() + remaining
         if channel is not None and (when is None or channel < when):
             when, field = channel, None  # a gRPC channel's own deadline
-        try:
-            prediction = await model.infer(inputs, when, rid)
-        except DeadlineBelowFloor as exc:  # a request of more samples than one: its floor, once counted
-            raise below_floor(exc, field) from None
+        return when, field
+
+    def _answered(
+        self, served: Served, prediction: Prediction, encode: Encoder[C, T], decoded: C, received: float, parsed: float
+    ) -> tuple[T, Inference]:
         encoding = time.perf_counter()
         body = encode(served, prediction.outputs, decoded)
         encoded = time.perf_counter()
@@ -172,7 +196,7 @@ class FrontDoor:
         )
         metrics = self.metrics
         metrics.observe_inference(inference)
-        metrics.refresh(model, served.labels)
+        metrics.refresh(served.model, served.labels)
         return body, inference
 
 

@@ -14,7 +14,7 @@ service/errors.py's table.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from fastapi import FastAPI
 from fastapi.routing import APIRoute, APIRouter
@@ -23,6 +23,9 @@ from starlette.middleware import Middleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from inferpool.service.errors import ErrorBoundary
+
+if TYPE_CHECKING:
+    from inferpool.service.http.lane import Lane
 
 HANDLER = "inferpool.handler"  # scope key: the raw handler FastPath matched
 Handlers = Mapping[Callable[..., Any], ASGIApp]
@@ -101,6 +104,9 @@ class InferPoolApp(FastAPI):
     state before the first request."""
 
     _fast: FastPath | None = None
+    lane: Lane | None = None
+    """Plain ``/predict`` requests answered without ASGI under InferPool's own protocol
+    (service/http/lane.py); None when telemetry is on (its spans and logs are ASGI's)."""
 
     def build_fast_path(self) -> FastPath:
         """Built once the middleware list is final: at start-up (the app's lifespan), else at

@@ -31,8 +31,9 @@ HEADER_MAP = "inferpool.headers"  # scope key: header_map's, with the header lis
 CLIENT_CLOSED = 499  # as nginx logs a request whose client left before it was answered
 NEVER_SHED = ("/health", "/v2/health", "/metrics")  # probes and scrapes must answer under overload
 # One counter per process: the hot routes run their own instance of this middleware
-# (service/http/fastpath.py), and ids must stay unique across both.
-_SERIAL = itertools.count()
+# (service/http/fastpath.py), the lane its own generator (service/http/lane.py), and ids must
+# stay unique across all.
+SERIAL = itertools.count()
 SHED_RESPONSE_HEADERS = [
     (b"content-type", b"application/json"),
     (b"retry-after", b"1"),
@@ -58,7 +59,7 @@ class RequestContext:
     def __init__(self, app: ASGIApp, metrics: Metrics, activity: Activity, observer: Observer | None = None) -> None:
         self.app = app
         self.metrics = metrics
-        self._ids = request_ids(_SERIAL)
+        self._ids = request_ids(SERIAL)
         self.activity = activity
         self.observer = observer
         """Traces, access log, payload log (service/telemetry/observe.py); None when all are off."""

@@ -14,7 +14,8 @@ a task forever. Here:
 - a request the HTTP parser rejects (a malformed ``Content-Length``, a broken request line)
   gets its 400 as JSON, like every other error, not uvicorn's plain text.
 
-And one thing for speed: an answer's head and body leave in one write (``OneWriteTransport``).
+And two things for speed: plain ``/predict`` requests skip ASGI (service/http/lane.py), and an
+answer's head and body leave in one write (``OneWriteTransport``).
 uvicorn writes the head at ``http.response.start`` and the body at ``http.response.body``: two
 send() calls and two TCP segments per answer, and a client woken twice. On the digits model the
 head's write alone was 19 % of a serving process's samples (py-spy under wrk, 8 connections).
@@ -24,11 +25,14 @@ from __future__ import annotations
 
 import asyncio
 from http import HTTPStatus
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from inferpool.service.apierror import closing_error
+
+if TYPE_CHECKING:  # imported by the CLI before the metrics' directory is set: nothing that imports them
+    from inferpool.service.http.lane import Lane
 
 # A body up to this size is joined to the head it follows (one copy, one write); a larger one goes
 # out by writelines, without the copy.
@@ -110,9 +114,11 @@ def guarded_protocol(read_timeout: float, max_connections: int) -> type[asyncio.
         _due: float | None = None
         _headers_in = False
         _one_write: OneWriteTransport | None = None
+        _lane: Lane | None = None
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
+            self._lane = getattr(self.config.app, "lane", None)  # InferPoolApp's (service/http/fastpath.py)
             if len(self.connections) > max_connections:
                 transport.write(full)
                 transport.close()
@@ -135,9 +141,15 @@ def guarded_protocol(read_timeout: float, max_connections: int) -> type[asyncio.
 
         def on_headers_complete(self) -> None:
             self._headers_in = True
+            lane, before = self._lane, self.cycle
+            if lane is not None and (before is None or before.response_complete):
+                taken = lane.take(self)
+                if taken is not None:
+                    self.cycle = taken  # type: ignore[assignment]
+                    return
             super().on_headers_complete()
             cycle = self.cycle
-            if cycle is None:  # an upgrade: no request cycle of its own
+            if cycle is None or cycle is before:  # an upgrade: no request cycle of its own
                 return
             one_write = self._one_write
             if one_write is None:

@@ -48,8 +48,12 @@ async def send_answer(
 
 async def send_error(scope: Scope, send: Send, answer: ErrorAnswer) -> None:
     """The same answer ``ErrorAnswer.response(path)`` gives, without building a Response."""
-    headers = _encoded(answer.headers.items() if answer.headers else ())
-    await send_answer(scope, send, answer.status, answer.body(scope["path"]), JSON, headers)
+    await send_answer(scope, send, answer.status, answer.body(scope["path"]), JSON, error_headers(answer))
+
+
+def error_headers(answer: ErrorAnswer) -> RawHeaders:
+    """An error answer's own headers (Retry-After, Connection, WWW-Authenticate), as ASGI sends them."""
+    return _encoded(answer.headers.items() if answer.headers else ())
 
 
 def _encoded(headers: Iterable[tuple[str, str]]) -> RawHeaders:
@@ -64,8 +68,14 @@ def timed(scope: Scope, inference: Inference) -> tuple[bytes, bytes]:
     """The ``Server-Timing`` header of an answered request; the scope keeps the phases for the
     middleware (the server's own overhead is end to end minus inference)."""
     scope[INFERENCE] = inference
+    return server_timing(scope.get(STARTED), inference)
+
+
+def server_timing(started: float | None, inference: Inference) -> tuple[bytes, bytes]:
+    """The ``Server-Timing`` header of a request whose head was in at ``started`` (perf_counter;
+    None: when its body began to arrive)."""
     received, _, encoding, _ = inference.marks or (0.0, 0.0, 0.0, 0.0)
-    total = encoding + inference.encode_seconds - scope.get(STARTED, received)
+    total = encoding + inference.encode_seconds - (received if started is None else started)
     return b"server-timing", inference.server_timing(total).encode()
 
 

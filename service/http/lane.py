@@ -1,0 +1,224 @@
+"""``POST /predict[/{name}]`` answered from the HTTP parser's callbacks, without ASGI (issue 32).
+
+Under uvicorn every request pays for a scope, a ``RequestResponseCycle``, an ``asyncio.Event``, a
+task, and the coroutines and message dicts of each middleware layer and of the route: on the
+digits model, together more than the model itself (docs/BENCHMARKS.md). The lane takes a plain
+request at its head (see ``Lane.take``) and answers it with the route's own code, front door
+and error table. Requests for a model that runs inline are answered in one callback per loop
+wake-up, all those whose bodies completed in it, in order (no task each; the phases stay as
+under ASGI: every ready socket read, then every request run); any other model's on a task.
+Everything else (other routes, chunked or compressed bodies, CORS, a wrong API key, a full door,
+telemetry on) goes the ASGI way unchanged. Which way answered is invisible to the client: the
+same status, body and headers (tests/e2e/service/test_lane.py compares them).
+
+The request stands in for uvicorn's cycle on its connection (``LaneRequest`` has the cycle's
+fields uvicorn and this package read), so keep-alive, pipelining behind it, the graceful
+shutdown, the slow-client guard and the connection spread's shedding all work as they do for
+an ASGI request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from typing import TYPE_CHECKING
+
+from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE
+
+from inferpool.engine.client import request_id
+from inferpool.service.auth import ApiKey
+from inferpool.service.errors import ErrorAnswer, answer_for, unexpected
+from inferpool.service.frontdoor import Activity, Served, echoable_request_id, request_ids
+from inferpool.service.http.codec import Disconnected
+from inferpool.service.http.middleware import CLIENT_CLOSED, SERIAL
+from inferpool.service.http.rawasgi import JSON, Answer, error_headers
+from inferpool.service.telemetry.metrics import Inference, Metrics
+from inferpool.service.timing import TIMEOUT_HEADER
+
+if TYPE_CHECKING:
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    from inferpool.service.http.routes.predict import Predict
+
+PATH = re.compile(rb"/predict(?:/([A-Za-z0-9._-]+))?")
+"""The paths taken: anything quoted, with a query or an odd name goes the ASGI way."""
+ROUTES = ("/predict", "/predict/{name}")  # the request metrics' labels, as the router names them
+
+
+class LaneRequest:
+    """One request on the lane, in its connection's ``cycle`` slot: uvicorn's parser callbacks
+    fill ``body`` and signal ``message_event`` (this object) as they fill a cycle's."""
+
+    __slots__ = (
+        "body", "disconnected", "headers", "keep_alive", "lane", "message_event", "more_body", "name",
+        "protocol", "queued", "response_complete", "rid", "started",
+    )  # fmt: skip
+
+    def __init__(
+        self, lane: Lane, protocol: HttpToolsProtocol, name: str | None, headers: dict[bytes, bytes], keep_alive: bool
+    ) -> None:
+        self.lane = lane
+        self.protocol = protocol
+        self.name = name
+        self.headers = headers
+        self.keep_alive = keep_alive
+        self.started = time.perf_counter()
+        self.body = bytearray()
+        self.more_body = True
+        self.disconnected = False
+        self.response_complete = False
+        self.queued = False
+        self.message_event = self
+        given = headers.get(b"x-request-id")
+        self.rid = (None if given is None else echoable_request_id(given)) or next(lane.ids)
+
+    def set(self) -> None:
+        """uvicorn's signal: more body came, the body is complete, or the client left."""
+        if self.queued or self.response_complete:
+            return
+        if self.disconnected:  # before its body was all here: nobody to answer
+            self.response_complete = True
+            self.lane.observe(self, CLIENT_CLOSED, None)
+        elif not self.more_body:
+            self.queued = True
+            self.lane.enqueue(self)
+
+    @property
+    def route(self) -> str:
+        return ROUTES[self.name is not None]
+
+
+class Lane:
+    """Takes plain ``/predict`` requests off the ASGI path, and answers them."""
+
+    def __init__(
+        self, predict: Predict, activity: Activity, metrics: Metrics, max_body_bytes: int, auth: ApiKey | None,
+        cors: bool,
+    ) -> None:  # fmt: skip
+        self.predict = predict
+        self.door = predict.door
+        self.activity = activity
+        self.metrics = metrics
+        # uvicorn pauses reading past HIGH_WATER_LIMIT until a receive() that never comes here.
+        self.max_body = min(max_body_bytes, HIGH_WATER_LIMIT)
+        self.auth = auth
+        self.cors = cors
+        self.ids = request_ids(SERIAL)
+        self.pending: list[LaneRequest] = []
+        self.scheduled = False
+
+    def take(self, protocol: HttpToolsProtocol) -> LaneRequest | None:
+        """The lane's request for the head just parsed, or None to leave it to ASGI."""
+        parser = protocol.parser
+        if parser.get_method() != b"POST" or protocol.root_path or parser.should_upgrade():
+            return None
+        found = PATH.fullmatch(protocol.url)
+        if found is None:
+            return None
+        headers = dict(reversed(protocol.headers))
+        length = headers.get(b"content-length")
+        if length is None or not length.isdigit() or len(length) > 9 or int(length) > self.max_body:
+            return None
+        if b"content-encoding" in headers or b"transfer-encoding" in headers or b"expect" in headers:
+            return None  # inflating, chunked reading, 100-continue: the ASGI path's
+        if self.cors and b"origin" in headers:
+            return None
+        raw_name = found.group(1)
+        name = None if raw_name is None else raw_name.decode()
+        if self.auth is not None and not self.auth.admits(protocol.url.decode(), protocol.headers):
+            return None  # answered 401 the ASGI way
+        if self.activity.full() is not None:
+            return None
+        keep_alive = parser.get_http_version() != "1.0" and parser.should_keep_alive()
+        return LaneRequest(self, protocol, name, headers, keep_alive)
+
+    def enqueue(self, request: LaneRequest) -> None:
+        """Its body is all here: counted in at the door, answered at this wake-up's end."""
+        self.activity.active += 1
+        self.pending.append(request)
+        if not self.scheduled:
+            self.scheduled = True
+            asyncio.get_running_loop().call_soon(self._run)
+
+    def _run(self) -> None:
+        self.scheduled = False
+        pending, self.pending = self.pending, []
+        for request in pending:
+            self._answer(request)
+
+    def _answer(self, request: LaneRequest) -> None:
+        if request.disconnected:
+            self._done(request, CLIENT_CLOSED, None)
+            return
+        request_id.set(request.rid)
+        try:
+            served = self.door.resolve(request.name)
+            if not served.model.inline:
+                asyncio.get_running_loop().create_task(self._answer_later(request, served))
+                return
+            answer, inference = self.predict.answer_read(
+                served, request.body, request.headers.get(TIMEOUT_HEADER), request.rid, request.started
+            )
+        except Exception as exc:  # noqa: BLE001 -- unexpected() logs the traceback
+            self._error(request, exc)
+            return
+        self._send(request, 200, answer, inference)
+
+    async def _answer_later(self, request: LaneRequest, served: Served) -> None:
+        try:
+            answer, inference = await self.predict.answer_read_later(
+                served, request.body, request.headers.get(TIMEOUT_HEADER), request.rid, request.started
+            )
+        except Exception as exc:  # noqa: BLE001 -- unexpected() logs the traceback
+            self._error(request, exc)
+            return
+        self._send(request, 200, answer, inference)
+
+    def _error(self, request: LaneRequest, exc: Exception) -> None:
+        if isinstance(exc, Disconnected):
+            self._done(request, CLIENT_CLOSED, None)
+            return
+        path = request.route if request.name is None else f"/predict/{request.name}"
+        error: ErrorAnswer = answer_for(exc, self.metrics) or unexpected({"method": "POST", "path": path}, self.metrics)
+        self._send(request, error.status, (error.body(path), JSON, error_headers(error)), None)
+
+    def _send(self, request: LaneRequest, status: int, answer: Answer, inference: Inference | None) -> None:
+        """The answer in one write, as uvicorn's cycle would have written it (its default headers
+        first, then the route's, then the request id; ``connection: close`` when it closes)."""
+        protocol = request.protocol
+        transport = protocol.transport
+        if request.disconnected or transport.is_closing():
+            self._done(request, CLIENT_CLOSED, inference)
+            return
+        body, content_type, extra = answer
+        head = [STATUS_LINE[status]]
+        for name, value in protocol.server_state.default_headers:
+            head += (name, b": ", value, b"\r\n")
+        head += (b"content-type: ", content_type, b"\r\ncontent-length: %d\r\n" % len(body))
+        closes = not request.keep_alive or self.activity.closing
+        said = False  # whether the route's headers name the connection's fate (a 503 NotReady closes)
+        for name, value in extra:
+            if name == b"connection":
+                said = True
+                closes = closes or b"close" in value.lower()
+            head += (name, b": ", value, b"\r\n")
+        head += (b"x-request-id: ", request.rid.encode(), b"\r\n")
+        if closes and not said:
+            head.append(b"connection: close\r\n")
+        head += (b"\r\n", body)
+        transport.write(b"".join(head))
+        request.keep_alive = not closes
+        self._done(request, status, inference)
+        if closes:
+            transport.close()
+        protocol.on_response_complete()
+
+    def _done(self, request: LaneRequest, status: int, inference: Inference | None) -> None:
+        request.response_complete = True
+        self.activity.active -= 1
+        self.observe(request, status, inference)
+
+    def observe(self, request: LaneRequest, status: int, inference: Inference | None) -> None:
+        self.metrics.observe_request(request.route, status, time.perf_counter() - request.started, inference)

@@ -1,0 +1,216 @@
+"""The lane (service/http/lane.py): plain ``/predict`` requests answered from the HTTP parser's
+callbacks, without ASGI. Raw HTTP bytes go through the server's real protocol class on an
+in-memory transport; the same request sent chunked goes the ASGI way, and both answers must be
+the same bytes but for the date, the request id and the timings."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import re
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+import uvicorn
+from fastapi.testclient import TestClient
+from uvicorn.server import ServerState
+
+from inferpool.service.http.fastpath import InferPoolApp
+from inferpool.service.http.protocol import guarded_protocol
+from tests.integration.service.conftest import app_client, metric_total
+
+SAMPLE = orjson.dumps({"inputs": np.zeros((1, 8, 8)).tolist()})
+KEY = "lane-key"
+VOLATILE = re.compile(rb"^(date|x-request-id|server-timing): .*$", re.MULTILINE)
+
+
+class MemoryTransport(asyncio.Transport):
+    """What a connection's protocol writes, kept; closing it tells the protocol the connection is gone."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written = bytearray()
+        self.closed = False
+        self.protocol: asyncio.Protocol | None = None
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.written += data
+
+    def writelines(self, chunks: Any) -> None:
+        for chunk in chunks:
+            self.write(chunk)
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            if self.protocol is not None:
+                asyncio.get_running_loop().call_soon(self.protocol.connection_lost, None)
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"sockname": ("127.0.0.1", 8000), "peername": ("127.0.0.1", 50000)}.get(name, default)
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+def exchange(app: InferPoolApp, *parts: bytes) -> tuple[bytes, bool]:
+    """Feed one connection these reads (each in its own loop wake-up): what it wrote back, and
+    whether the server closed it."""
+
+    async def run() -> tuple[bytes, bool]:
+        config = uvicorn.Config(app, lifespan="off", log_config=None)
+        config.load()
+        state = ServerState()
+        state.default_headers = [(b"date", b"Thu, 03 Dec 2026 00:00:00 GMT"), (b"server", b"uvicorn")]
+        protocol = guarded_protocol(10.0, 100)(config=config, server_state=state, app_state={})  # type: ignore[call-arg]
+        transport = MemoryTransport()
+        transport.protocol = protocol
+        protocol.connection_made(transport)
+        for part in parts:
+            protocol.data_received(part)
+            for _ in range(20):  # the lane's callback, or the ASGI task through its awaits
+                await asyncio.sleep(0)
+        for _ in range(50):
+            await asyncio.sleep(0)
+        closed = transport.closed  # by the server
+        if not closed:
+            transport.close()
+            await asyncio.sleep(0)
+        return bytes(transport.written), closed
+
+    return asyncio.run(run())
+
+
+def post(path: str, body: bytes, *headers: str, chunked: bool = False) -> bytes:
+    head = [f"POST {path} HTTP/1.1", "host: test", "content-type: application/json", *headers]
+    if chunked:
+        head.append("transfer-encoding: chunked")
+        payload = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+    else:
+        head.append(f"content-length: {len(body)}")
+        payload = body
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + payload
+
+
+def without_volatile(answer: bytes) -> bytes:
+    return VOLATILE.sub(b"\\1: -", answer)
+
+
+@pytest.fixture(scope="module")
+def app(client: TestClient) -> InferPoolApp:
+    app: InferPoolApp = client.app  # type: ignore[assignment]
+    assert app.lane is not None
+    return app
+
+
+@pytest.fixture
+def asgi_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The app's ASGI entry raising proves an answer came from the lane.
+    monkeypatch.setattr(InferPoolApp, "__call__", refuse_asgi)
+
+
+async def refuse_asgi(self: InferPoolApp, scope: object, receive: object, send: object) -> None:
+    raise AssertionError("the request went the ASGI way")
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "status"),
+    [
+        ("/predict", SAMPLE, 200),
+        ("/predict/digits", SAMPLE, 200),
+        ("/predict", b"{oops", 400),
+        ("/predict", b'{"inputs": [[1, 2]]}', 400),
+        ("/predict/nope", SAMPLE, 404),
+    ],
+)
+def test_the_lane_answers_the_same_bytes_as_the_asgi_path(app, path, body, status):
+    lane, _ = exchange(app, post(path, body, "x-request-id: same"))
+    asgi, _ = exchange(app, post(path, body, "x-request-id: same", chunked=True))
+    assert lane.startswith(b"HTTP/1.1 %d " % status)
+    assert b"\r\nx-request-id: same\r\n" in lane
+    assert (b"\r\nserver-timing: " in lane) is (status == 200)
+    assert without_volatile(lane) == without_volatile(asgi)
+
+
+def test_a_plain_predict_never_meets_asgi(app, asgi_refused):
+    answer, _ = exchange(app, post("/predict", SAMPLE), post("/predict/digits", SAMPLE))
+    assert answer.count(b"HTTP/1.1 200 OK") == 2
+    assert b'"label":' in answer
+
+
+def test_pipelined_requests_are_answered_in_order(app):
+    # A lane request, an ASGI one (chunked) and a lane one again, in a single read.
+    three = post("/predict", SAMPLE, "x-request-id: a") + post("/predict", b"{oops", "x-request-id: b", chunked=True)
+    answer, _ = exchange(app, three + post("/predict", SAMPLE, "x-request-id: c"))
+    ids = re.findall(rb"x-request-id: (\w)\r\n", answer)
+    statuses = re.findall(rb"HTTP/1.1 (\d+)", answer)
+    assert (ids, statuses) == ([b"a", b"b", b"c"], [b"200", b"400", b"200"])
+
+
+def test_connection_close_and_http_1_0_close_after_the_answer(app):
+    answer, closed = exchange(app, post("/predict", SAMPLE, "connection: close"))
+    assert answer.startswith(b"HTTP/1.1 200")
+    assert b"\r\nconnection: close\r\n" in answer
+    assert closed
+    old = post("/predict", SAMPLE).replace(b"HTTP/1.1", b"HTTP/1.0", 1)
+    answer, closed = exchange(app, old)
+    assert answer.startswith(b"HTTP/1.1 200")
+    assert b"\r\nconnection: close\r\n" in answer
+    assert closed
+
+
+def test_a_draining_process_says_connection_close(app):
+    app.state.activity.closing = True
+    try:
+        answer, closed = exchange(app, post("/predict", SAMPLE))
+    finally:
+        app.state.activity.closing = False
+    assert answer.startswith(b"HTTP/1.1 200")
+    assert b"\r\nconnection: close\r\n" in answer
+    assert closed
+
+
+def test_a_client_gone_before_its_body_is_counted_499_and_the_door_is_empty(app, client):
+    before = metric_total(client.get("/metrics").text, "inferpool_requests_total", route="/predict", status="499")
+    head = post("/predict", SAMPLE)[: -len(SAMPLE) // 2]  # half the body, then the connection ends
+    answer, _ = exchange(app, head)
+    after = metric_total(client.get("/metrics").text, "inferpool_requests_total", route="/predict", status="499")
+    assert answer == b""
+    assert after == before + 1
+    assert app.state.activity.active == 0
+
+
+def test_requests_the_lane_leaves_alone_are_answered_the_asgi_way(app):
+    # A compressed body, a query string, 100-continue: all still answered.
+    compressed = post("/predict", gzip.compress(SAMPLE), "content-encoding: gzip")
+    for raw in (compressed, post("/predict?x=1", SAMPLE), post("/predict", SAMPLE, "expect: 100-continue")):
+        answer, _ = exchange(app, raw)
+        assert b"HTTP/1.1 200 OK" in answer, answer[:200]
+
+
+def test_a_wrong_key_is_refused_and_a_right_one_takes_the_lane(monkeypatch):
+    monkeypatch.setenv("INFERPOOL_API_KEY", KEY)
+    with app_client() as guarded:
+        keyed: InferPoolApp = guarded.app  # type: ignore[assignment]
+        refused, _ = exchange(keyed, post("/predict", SAMPLE, "x-api-key: wrong"))
+        assert refused.startswith(b"HTTP/1.1 401")
+        with monkeypatch.context() as patch:
+            patch.setattr(InferPoolApp, "__call__", refuse_asgi)
+            admitted, _ = exchange(keyed, post("/predict", SAMPLE, f"x-api-key: {KEY}"))
+        assert admitted.startswith(b"HTTP/1.1 200")
+
+
+def test_the_lane_counts_its_requests_like_the_asgi_path(app, client):
+    text = client.get("/metrics").text
+    before = metric_total(text, "inferpool_requests_total", route="/predict/{name}", status="200")
+    exchange(app, post("/predict/digits", SAMPLE))
+    text = client.get("/metrics").text
+    assert metric_total(text, "inferpool_requests_total", route="/predict/{name}", status="200") == before + 1
