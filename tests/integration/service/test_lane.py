@@ -17,6 +17,7 @@ import uvicorn
 from fastapi.testclient import TestClient
 from uvicorn.server import ServerState
 
+from inferpool.service.http import lane
 from inferpool.service.http.fastpath import InferPoolApp
 from inferpool.service.http.protocol import guarded_protocol
 from tests.integration.service.conftest import app_client, metric_total
@@ -109,6 +110,13 @@ def app(client: TestClient) -> InferPoolApp:
     app: InferPoolApp = client.app  # type: ignore[assignment]
     assert app.lane is not None
     return app
+
+
+@pytest.fixture(autouse=True, params=["eager", "at the wake-up's end"])
+def answered(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Both ways the lane answers: at once (a process with few connections), or in the one
+    # callback that answers every request a wake-up completed.
+    monkeypatch.setattr(lane, "EAGER_CONNECTIONS", 2 if request.param == "eager" else 0)
 
 
 @pytest.fixture
