@@ -6,6 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+import orjson
 import pytest
 import torch
 
@@ -46,6 +47,13 @@ def test_matches_eager_reference_at_any_batch_size(digits_module, options, sessi
     assert got["label"].shape == (batch,)
     check(got, batch_images, reference)
     assert runtime.calls == 1
+
+
+def test_int64_outputs_are_numpy_int64_which_orjson_encodes(digits_module, options, session, images):
+    # onnxruntime's own arrays are numpy.longlong, which orjson refuses without a fallback.
+    got = OnnxRuntime(digits_module, options, session).run({"image": np.ascontiguousarray(images[:2])})
+    assert got["label"].dtype.type is np.int64
+    assert orjson.loads(orjson.dumps(got["label"][0], option=orjson.OPT_SERIALIZE_NUMPY)) == int(got["label"][0])
 
 
 def test_all_runtimes_share_one_session(digits_module, options, session):
