@@ -19,7 +19,7 @@ from inferpool.service.errors import install_error_handlers
 from inferpool.service.frontdoor import Activity, FrontDoor, Served
 from inferpool.service.grpc.server import front_end
 from inferpool.service.http.fastpath import InferPoolApp
-from inferpool.service.http.lane import Lane
+from inferpool.service.http.lane import Lane, lane_routes
 from inferpool.service.http.middleware import RequestContext
 from inferpool.service.http.openapi import model_aware_openapi
 from inferpool.service.http.routes import health, openai, predict, repository, v2
@@ -116,18 +116,19 @@ def create_app(settings: Settings, host: ModelHost | None = None) -> FastAPI:
     app.state.metrics = metrics
     app.state.door = door
     # The hot routes' raw handlers, by the endpoint that documents each (service/http/fastpath.py).
-    answer_predict = predict.Predict(door)
+    answer_predict, answer_infer = predict.Predict(door), v2.Infer(door)
     app.state.hot_handlers = {
         predict.predict: answer_predict,
         predict.predict_named: answer_predict,
-        v2.infer: v2.Infer(door),
+        v2.infer: answer_infer,
         openai.embeddings: openai.Embeddings(door),
     }
     app.state.hot_routers = [predict.router, v2.router, openai.router]
     if observer is None:
         key = settings.api_key
         auth = None if key is None else ApiKey(key.get_secret_value(), settings.auth_exempt)
-        app.lane = Lane(answer_predict, activity, metrics, settings.max_body_bytes, auth, bool(settings.cors_origins))
+        routes = lane_routes(answer_predict, answer_infer)
+        app.lane = Lane(routes, activity, metrics, settings.max_body_bytes, auth, bool(settings.cors_origins))
     app.include_router(predict.router)
     app.include_router(health.router)
     app.include_router(v2.router)

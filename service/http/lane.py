@@ -1,4 +1,4 @@
-"""``POST /predict[/{name}]`` answered from the HTTP parser's callbacks, without ASGI (issue 32).
+"""``POST /predict[/{name}]`` and v2 infer answered from the HTTP parser's callbacks, without ASGI (issue 32).
 
 Under uvicorn every request pays for a scope, a ``RequestResponseCycle``, an ``asyncio.Event``, a
 task, and the coroutines and message dicts of each middleware layer and of the route: on the
@@ -9,7 +9,7 @@ wake-up, all those whose bodies completed in it, in order (no task each; the pha
 under ASGI: every ready socket read, then every request run); any other model's on a task.
 Everything else (other routes, chunked or compressed bodies, CORS, a wrong API key, a full door,
 telemetry on) goes the ASGI way unchanged. Which way answered is invisible to the client: the
-same status, body and headers (tests/e2e/service/test_lane.py compares them).
+same status, body and headers (tests/integration/service/test_lane.py compares them).
 
 The request stands in for uvicorn's cycle on its connection (``LaneRequest`` has the cycle's
 fields uvicorn and this package read), so keep-alive, pipelining behind it, the graceful
@@ -23,7 +23,8 @@ import asyncio
 import contextvars
 import re
 import time
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE
@@ -37,18 +38,56 @@ from inferpool.service.http.middleware import CLIENT_CLOSED, SERIAL
 from inferpool.service.http.rawasgi import JSON, Answer, error_headers
 from inferpool.service.telemetry.logs import model_served
 from inferpool.service.telemetry.metrics import Inference, Metrics
-from inferpool.service.timing import TIMEOUT_HEADER
 
 if TYPE_CHECKING:
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-    from inferpool.service.http.routes.predict import Predict
-
-PATH = re.compile(rb"/predict(?:/([A-Za-z0-9._-]+))?")
-"""The paths taken: anything quoted, with a query or an odd name goes the ASGI way."""
+NAME = rb"([A-Za-z0-9._-]+)"
 EAGER_CONNECTIONS = 2
 """A process holding at most this many connections answers a request as soon as its body is in."""
-ROUTES = ("/predict", "/predict/{name}")  # the request metrics' labels, as the router names them
+
+
+class LaneHandler(Protocol):
+    """What a hot route gives the lane (service/http/routes: ``Predict``, ``Infer``)."""
+
+    def resolve(self, found: re.Match[bytes]) -> Served:
+        """The model its matched path names (NotReady, or 404 for one not served)."""
+        ...
+
+    def answer_read(
+        self, served: Served, request_body: bytearray, headers: dict[bytes, bytes], rid: str, received: float
+    ) -> tuple[Answer, Inference]:
+        """A request whose body is all here, for a model that runs inline, with no await."""
+        ...
+
+    async def answer_read_later(
+        self, served: Served, request_body: bytearray, headers: dict[bytes, bytes], rid: str, received: float
+    ) -> tuple[Answer, Inference]:
+        """``answer_read`` for a model whose requests wait for a worker thread or a batch."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class LaneRoute:
+    """A route the lane answers: its paths (safe characters only: anything quoted, with a query or
+    an odd name goes the ASGI way), whose last group is optional, and the request metrics' label
+    without and with that group, as the router names the route."""
+
+    path: re.Pattern[bytes]
+    labels: tuple[str, str]
+    handler: LaneHandler
+
+
+def lane_routes(predict: LaneHandler, infer: LaneHandler) -> list[LaneRoute]:
+    """``/predict[/{name}]`` and v2 infer (service/http/routes: ``Predict``, ``Infer``)."""
+    return [
+        LaneRoute(re.compile(rb"/predict(?:/%s)?" % NAME), ("/predict", "/predict/{name}"), predict),
+        LaneRoute(
+            re.compile(rb"/v2/models/%s(?:/versions/%s)?/infer" % (NAME, NAME)),
+            ("/v2/models/{name}/infer", "/v2/models/{name}/versions/{version}/infer"),
+            infer,
+        ),
+    ]
 
 
 class LaneRequest:
@@ -56,16 +95,20 @@ class LaneRequest:
     fill ``body`` and signal ``message_event`` (this object) as they fill a cycle's."""
 
     __slots__ = (
-        "body", "disconnected", "headers", "keep_alive", "lane", "message_event", "more_body", "name",
-        "protocol", "queued", "response_complete", "rid", "started",
+        "body", "disconnected", "found", "handler", "headers", "keep_alive", "lane", "message_event", "more_body",
+        "protocol", "queued", "response_complete", "rid", "route", "started",
     )  # fmt: skip
 
     def __init__(
-        self, lane: Lane, protocol: HttpToolsProtocol, name: str | None, headers: dict[bytes, bytes], keep_alive: bool
-    ) -> None:
+        self, lane: Lane, protocol: HttpToolsProtocol, route: LaneRoute, found: re.Match[bytes],
+        headers: dict[bytes, bytes], keep_alive: bool,
+    ) -> None:  # fmt: skip
         self.lane = lane
         self.protocol = protocol
-        self.name = name
+        self.handler = route.handler
+        self.found = found
+        self.route = route.labels[found.group(found.re.groups) is not None]
+        """The request metrics' label."""
         self.headers = headers
         self.keep_alive = keep_alive
         self.started = time.perf_counter()
@@ -89,20 +132,15 @@ class LaneRequest:
             self.queued = True
             self.lane.enqueue(self)
 
-    @property
-    def route(self) -> str:
-        return ROUTES[self.name is not None]
-
 
 class Lane:
-    """Takes plain ``/predict`` requests off the ASGI path, and answers them."""
+    """Takes plain requests for its routes off the ASGI path, and answers them."""
 
     def __init__(
-        self, predict: Predict, activity: Activity, metrics: Metrics, max_body_bytes: int, auth: ApiKey | None,
-        cors: bool,
+        self, routes: list[LaneRoute], activity: Activity, metrics: Metrics, max_body_bytes: int,
+        auth: ApiKey | None, cors: bool,
     ) -> None:  # fmt: skip
-        self.predict = predict
-        self.door = predict.door
+        self.routes = routes
         self.activity = activity
         self.metrics = metrics
         # uvicorn pauses reading past HIGH_WATER_LIMIT until a receive() that never comes here.
@@ -121,8 +159,12 @@ class Lane:
         parser = protocol.parser
         if parser.get_method() != b"POST" or protocol.root_path or parser.should_upgrade():
             return None
-        found = PATH.fullmatch(protocol.url)
-        if found is None:
+        url = protocol.url
+        for route in self.routes:
+            found = route.path.fullmatch(url)
+            if found is not None:
+                break
+        else:
             return None
         headers = dict(reversed(protocol.headers))
         length = headers.get(b"content-length")
@@ -132,14 +174,12 @@ class Lane:
             return None  # inflating, chunked reading, 100-continue: the ASGI path's
         if self.cors and b"origin" in headers:
             return None
-        raw_name = found.group(1)
-        name = None if raw_name is None else raw_name.decode()
-        if self.auth is not None and not self.auth.admits(protocol.url.decode(), protocol.headers):
+        if self.auth is not None and not self.auth.admits(url.decode(), protocol.headers):
             return None  # answered 401 the ASGI way
         if self.activity.full() is not None:
             return None
         keep_alive = parser.get_http_version() != "1.0" and parser.should_keep_alive()
-        return LaneRequest(self, protocol, name, headers, keep_alive)
+        return LaneRequest(self, protocol, route, found, headers, keep_alive)
 
     def enqueue(self, request: LaneRequest) -> None:
         """Its body is all here: counted in at the door, answered at this wake-up's end."""
@@ -168,12 +208,12 @@ class Lane:
         request_id.set(request.rid)
         model_served.set(None)  # until its model is found (a 404 has none)
         try:
-            served = self.door.resolve(request.name)
+            served = request.handler.resolve(request.found)
             if not served.model.inline:
                 asyncio.get_running_loop().create_task(self._answer_later(request, served))
                 return
-            answer, inference = self.predict.answer_read(
-                served, request.body, request.headers.get(TIMEOUT_HEADER), request.rid, request.started
+            answer, inference = request.handler.answer_read(
+                served, request.body, request.headers, request.rid, request.started
             )
         except Exception as exc:  # noqa: BLE001 -- unexpected() logs the traceback
             self._error(request, exc)
@@ -182,8 +222,8 @@ class Lane:
 
     async def _answer_later(self, request: LaneRequest, served: Served) -> None:
         try:
-            answer, inference = await self.predict.answer_read_later(
-                served, request.body, request.headers.get(TIMEOUT_HEADER), request.rid, request.started
+            answer, inference = await request.handler.answer_read_later(
+                served, request.body, request.headers, request.rid, request.started
             )
         except Exception as exc:  # noqa: BLE001 -- unexpected() logs the traceback
             self._error(request, exc)
@@ -194,7 +234,7 @@ class Lane:
         if isinstance(exc, Disconnected):
             self._done(request, CLIENT_CLOSED, None)
             return
-        path = request.route if request.name is None else f"/predict/{request.name}"
+        path = request.found.string.decode()
         error: ErrorAnswer = answer_for(exc, self.metrics) or unexpected({"method": "POST", "path": path}, self.metrics)
         self._send(request, error.status, (error.body(path), JSON, error_headers(error)), None)
 

@@ -5,6 +5,7 @@ says why and how)."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -69,25 +70,32 @@ class Predict(RawRoute):
         )  # fmt: skip
         return body, JSON, [timed(scope, inference)]
 
+    def resolve(self, found: re.Match[bytes]) -> Served:
+        """The lane's (service/http/lane.py): the model its path names."""
+        name = found.group(1)
+        return self.door.resolve(None if name is None else name.decode())
+
     def answer_read(
-        self, served: Served, request_body: bytes | bytearray, timeout: bytes | None, rid: str, received: float
+        self, served: Served, request_body: bytearray, headers: dict[bytes, bytes], rid: str, received: float
     ) -> tuple[Answer, Inference]:
         """A request whose body is all here, for a model that runs inline (``served.model.inline``),
         with no await: what the HTTP lane (service/http/lane.py) answers it with."""
         inputs = decode_inputs(request_body)
         body, inference = self.door.infer_inline(
-            served, inputs, _encode, None, received=received, parsed=time.perf_counter(), rid=rid, timeout=timeout
-        )
+            served, inputs, _encode, None, received=received, parsed=time.perf_counter(), rid=rid,
+            timeout=headers.get(TIMEOUT_HEADER),
+        )  # fmt: skip
         return (body, JSON, [server_timing(received, inference)]), inference
 
     async def answer_read_later(
-        self, served: Served, request_body: bytes | bytearray, timeout: bytes | None, rid: str, received: float
+        self, served: Served, request_body: bytearray, headers: dict[bytes, bytes], rid: str, received: float
     ) -> tuple[Answer, Inference]:
         """``answer_read`` for a model whose requests wait for a worker thread or a batch."""
         inputs = decode_inputs(request_body)
         body, inference = await self.door.infer(
-            served, inputs, _encode, None, received=received, parsed=time.perf_counter(), rid=rid, timeout=timeout
-        )
+            served, inputs, _encode, None, received=received, parsed=time.perf_counter(), rid=rid,
+            timeout=headers.get(TIMEOUT_HEADER),
+        )  # fmt: skip
         return (body, JSON, [server_timing(received, inference)]), inference
 
 

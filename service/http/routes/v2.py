@@ -6,6 +6,7 @@ Errors are ``{"error": "..."}`` on every path (the protocol's shape, and the ser
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -19,7 +20,8 @@ from inferpool.service.frontdoor import Served
 from inferpool.service.http.codec import json_response, read_body
 from inferpool.service.http.deps import HostDep, host_of
 from inferpool.service.http.fastpath import documentation_only
-from inferpool.service.http.rawasgi import BINARY, JSON, Answer, RawRoute, request_headers, timed
+from inferpool.service.http.rawasgi import BINARY, JSON, Answer, RawRoute, request_headers, server_timing, timed
+from inferpool.service.telemetry.metrics import Inference
 from inferpool.service.timing import TIMEOUT_HEADER
 from inferpool.service.v2.codec import HEADER_LENGTH, InferRequest, encode_response, metadata, parse_request
 
@@ -107,7 +109,8 @@ async def infer(request: Request, name: str, version: str | None = None) -> Resp
 
 
 class Infer(RawRoute):
-    """The raw ASGI handler of both infer routes (service/http/fastpath.py says why and how)."""
+    """The raw ASGI handler of both infer routes (service/http/fastpath.py says why and how), and
+    the lane's (service/http/lane.py)."""
 
     async def answer(self, scope: Scope, receive: Receive) -> Answer:
         door = self.door
@@ -118,18 +121,48 @@ class Infer(RawRoute):
         body = await read_body(
             receive, headers.get(b"content-length"), self.max_body_bytes, headers.get(b"content-encoding")
         )
-        length = headers.get(HEADER_LENGTH_RAW)
-        json_length = None if length is None else length.decode("latin-1")
-        request = parse_request(body, json_length, served.expected())
-        (content, header_length), inference = await door.infer(
+        request = _parsed(served, body, headers)
+        answer, inference = await door.infer(
             served, request.inputs, _encode, request, received=received, parsed=time.perf_counter(),
             rid=request_id.get(), timeout=headers.get(TIMEOUT_HEADER), timeout_ms=request.timeout_ms,
         )  # fmt: skip
-        extra = [timed(scope, inference)]
-        if header_length is None:
-            return content, JSON, extra
-        extra.append((HEADER_LENGTH_RAW, b"%d" % header_length))
-        return content, BINARY, extra
+        return _answer(answer, timed(scope, inference))
+
+    def resolve(self, found: re.Match[bytes]) -> Served:
+        version = found.group(2)
+        return self.door.resolve(found.group(1).decode(), None if version is None else version.decode())
+
+    def answer_read(
+        self, served: Served, request_body: bytearray, headers: dict[bytes, bytes], rid: str, received: float
+    ) -> tuple[Answer, Inference]:
+        request = _parsed(served, request_body, headers)
+        answer, inference = self.door.infer_inline(
+            served, request.inputs, _encode, request, received=received, parsed=time.perf_counter(), rid=rid,
+            timeout=headers.get(TIMEOUT_HEADER), timeout_ms=request.timeout_ms,
+        )  # fmt: skip
+        return _answer(answer, server_timing(received, inference)), inference
+
+    async def answer_read_later(
+        self, served: Served, request_body: bytearray, headers: dict[bytes, bytes], rid: str, received: float
+    ) -> tuple[Answer, Inference]:
+        request = _parsed(served, request_body, headers)
+        answer, inference = await self.door.infer(
+            served, request.inputs, _encode, request, received=received, parsed=time.perf_counter(), rid=rid,
+            timeout=headers.get(TIMEOUT_HEADER), timeout_ms=request.timeout_ms,
+        )  # fmt: skip
+        return _answer(answer, server_timing(received, inference)), inference
+
+
+def _parsed(served: Served, body: bytearray, headers: dict[bytes, bytes]) -> InferRequest:
+    length = headers.get(HEADER_LENGTH_RAW)
+    return parse_request(body, None if length is None else length.decode("latin-1"), served.expected())
+
+
+def _answer(encoded: tuple[bytes, int | None], timing: tuple[bytes, bytes]) -> Answer:
+    content, header_length = encoded
+    if header_length is None:
+        return content, JSON, [timing]
+    return content, BINARY, [timing, (HEADER_LENGTH_RAW, b"%d" % header_length)]
 
 
 def _encode(served: Served, outputs: Mapping[str, Any], request: InferRequest) -> tuple[bytes, int | None]:

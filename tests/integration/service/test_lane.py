@@ -17,6 +17,7 @@ import uvicorn
 from fastapi.testclient import TestClient
 from uvicorn.server import ServerState
 
+from inferpool.harness.payloads import Payload, digits_v2_binary, digits_v2_json
 from inferpool.service.http import lane
 from inferpool.service.http.fastpath import InferPoolApp
 from inferpool.service.http.protocol import guarded_protocol
@@ -91,7 +92,8 @@ def exchange(app: InferPoolApp, *parts: bytes) -> tuple[bytes, bool]:
 
 
 def post(path: str, body: bytes, *headers: str, chunked: bool = False) -> bytes:
-    head = [f"POST {path} HTTP/1.1", "host: test", "content-type: application/json", *headers]
+    typed = any(header.lower().startswith("content-type:") for header in headers)
+    head = [f"POST {path} HTTP/1.1", "host: test", *([] if typed else ["content-type: application/json"]), *headers]
     if chunked:
         head.append("transfer-encoding: chunked")
         payload = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
@@ -129,29 +131,46 @@ async def refuse_asgi(self: InferPoolApp, scope: object, receive: object, send: 
     raise AssertionError("the request went the ASGI way")
 
 
+def payload(sent: Payload, path: str | None = None) -> tuple[str, bytes, tuple[str, ...]]:
+    return path or sent.path, sent.body, tuple(f"{name}: {value}" for name, value in sent.headers)
+
+
+V2_JSON = payload(digits_v2_json())
+
+
 @pytest.mark.parametrize(
-    ("path", "body", "status"),
+    ("path", "body", "headers", "status"),
     [
-        ("/predict", SAMPLE, 200),
-        ("/predict/digits", SAMPLE, 200),
-        ("/predict", b"{oops", 400),
-        ("/predict", b'{"inputs": [[1, 2]]}', 400),
-        ("/predict/nope", SAMPLE, 404),
+        ("/predict", SAMPLE, (), 200),
+        ("/predict/digits", SAMPLE, (), 200),
+        ("/predict", b"{oops", (), 400),
+        ("/predict", b'{"inputs": [[1, 2]]}', (), 400),
+        ("/predict/nope", SAMPLE, (), 404),
+        (*V2_JSON, 200),
+        (*payload(digits_v2_binary()), 200),
+        (*payload(digits_v2_json(), "/v2/models/digits/versions/1/infer"), 200),
+        (*payload(digits_v2_json(), "/v2/models/digits/versions/9/infer"), 404),
+        ("/v2/models/digits/infer", b'{"inputs": []}', (), 400),
     ],
 )
-def test_the_lane_answers_the_same_bytes_as_the_asgi_path(app, path, body, status):
-    lane, _ = exchange(app, post(path, body, "x-request-id: same"))
-    asgi, _ = exchange(app, post(path, body, "x-request-id: same", chunked=True))
+def test_the_lane_answers_the_same_bytes_as_the_asgi_path(app, path, body, headers, status):
+    lane, _ = exchange(app, post(path, body, *headers, "x-request-id: same"))
+    asgi, _ = exchange(app, post(path, body, *headers, "x-request-id: same", chunked=True))
     assert lane.startswith(b"HTTP/1.1 %d " % status)
     assert b"\r\nx-request-id: same\r\n" in lane
     assert (b"\r\nserver-timing: " in lane) is (status == 200)
     assert without_volatile(lane) == without_volatile(asgi)
 
 
-def test_a_plain_predict_never_meets_asgi(app, asgi_refused):
-    answer, _ = exchange(app, post("/predict", SAMPLE), post("/predict/digits", SAMPLE))
-    assert answer.count(b"HTTP/1.1 200 OK") == 2
-    assert b'"label":' in answer
+def test_a_plain_predict_or_v2_infer_never_meets_asgi(app, asgi_refused):
+    binary = payload(digits_v2_binary())
+    answer, _ = exchange(app, post("/predict", SAMPLE), post("/predict/digits", SAMPLE), post(*V2_JSON[:2]))
+    assert answer.count(b"HTTP/1.1 200 OK") == 3
+    assert answer.count(b'"label":') == 2
+    assert b'"outputs":[{"name":"probabilities"' in answer
+    answer, _ = exchange(app, post(binary[0], binary[1], *binary[2]))
+    assert answer.startswith(b"HTTP/1.1 200 OK")
+    assert b"\r\ninference-header-content-length: " in answer
 
 
 def test_pipelined_requests_are_answered_in_order(app):
@@ -216,9 +235,17 @@ def test_a_wrong_key_is_refused_and_a_right_one_takes_the_lane(monkeypatch):
         assert admitted.startswith(b"HTTP/1.1 200")
 
 
-def test_the_lane_counts_its_requests_like_the_asgi_path(app, client):
-    text = client.get("/metrics").text
-    before = metric_total(text, "inferpool_requests_total", route="/predict/{name}", status="200")
-    exchange(app, post("/predict/digits", SAMPLE))
-    text = client.get("/metrics").text
-    assert metric_total(text, "inferpool_requests_total", route="/predict/{name}", status="200") == before + 1
+@pytest.mark.parametrize(
+    ("path", "body", "label"),
+    [
+        ("/predict/digits", SAMPLE, "/predict/{name}"),
+        ("/v2/models/digits/versions/1/infer", V2_JSON[1], "/v2/models/{name}/versions/{version}/infer"),
+    ],
+)
+def test_the_lane_counts_its_requests_under_the_routes_template(app, client, path, body, label):
+    def answered() -> float:
+        return metric_total(client.get("/metrics").text, "inferpool_requests_total", route=label, status="200")
+
+    before = answered()
+    exchange(app, post(path, body))
+    assert answered() == before + 1
