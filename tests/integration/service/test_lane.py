@@ -249,3 +249,29 @@ def test_the_lane_counts_its_requests_under_the_routes_template(app, client, pat
     before = answered()
     exchange(app, post(path, body))
     assert answered() == before + 1
+
+
+def test_a_cors_request_goes_the_asgi_way_and_gets_its_cors_headers():
+    with app_client("--cors-origins", '["https://app.example.com"]') as cors:
+        keyed: InferPoolApp = cors.app  # type: ignore[assignment]
+        answer, _ = exchange(keyed, post("/predict", SAMPLE, "origin: https://app.example.com"))
+        plain, _ = exchange(keyed, post("/predict", SAMPLE))
+    assert answer.startswith(b"HTTP/1.1 200")
+    assert b"\r\naccess-control-allow-origin: https://app.example.com\r\n" in answer
+    assert plain.startswith(b"HTTP/1.1 200")
+    assert b"access-control-allow-origin" not in plain
+
+
+def test_a_full_door_sheds_at_the_head_and_a_body_over_64_kib_goes_the_asgi_way(app):
+    activity = app.state.activity
+    held, activity.active = activity.active, activity.limit
+    try:
+        shed, _ = exchange(app, post("/predict", SAMPLE))
+    finally:
+        activity.active = held
+    assert shed.startswith(b"HTTP/1.1 503")
+    assert b"\r\nretry-after: 1\r\n" in shed
+    large = orjson.dumps({"inputs": np.full((250, 1, 8, 8), 12.5).tolist()})
+    assert len(large) > 64 * 1024
+    answer, _ = exchange(app, post("/predict", large))
+    assert answer.startswith(b"HTTP/1.1 413")  # the client fixture's --max-body-bytes 65536, as the ASGI path says
