@@ -209,12 +209,16 @@ class OnnxRuntime(Runtime):
         # for int64: one fallback call a request answered in JSON (the digits label), against a
         # view's 0.2 µs here.
         self._int64_at = [at for at, s in enumerate(module.schema.outputs) if s.dtype == "int64"]
-        self._run_options = require("onnxruntime").RunOptions()
+        ort = require("onnxruntime")
+        self._run_options = self._shrinking = ort.RunOptions()
         if options.cleanup_activations:
-            # Return the arena's free chunks after each run: a large batch otherwise keeps its
-            # activations resident for the life of the process, and shrinking cost nothing
-            # measurable at the batch sizes requests come in (docs/BENCHMARKS.md, issue 17).
-            self._run_options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
+            # Return the arena's free chunks after a run: a large batch otherwise keeps its
+            # activations resident for the life of the process (docs/BENCHMARKS.md, issue 17).
+            # Only a run of more than one row can grow the arena past what every one-row call
+            # needs again, so only such a run shrinks it: shrinking costs ~1 µs a call, 7 % of a
+            # digits call (sixteenth session).
+            self._shrinking = ort.RunOptions()
+            self._shrinking.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
 
     @classmethod
     def compile(cls, module: InferenceModule, options: RuntimeOptions) -> Any:
@@ -262,7 +266,10 @@ class OnnxRuntime(Runtime):
             _checked[module.module] = Checked(known.exported, known.reference, released=True)
 
     def run(self, inputs: Mapping[str, Array]) -> dict[str, Array]:
-        outputs = self.compiled.run(self._outputs, {name: inputs[name] for name in self._inputs}, self._run_options)
+        arrays = {name: inputs[name] for name in self._inputs}
+        first = arrays[self._inputs[0]] if self._inputs else None
+        batched = first is not None and first.ndim > 0 and first.shape[0] > 1
+        outputs = self.compiled.run(self._outputs, arrays, self._shrinking if batched else self._run_options)
         self.calls += 1
         for at in self._int64_at:
             outputs[at] = outputs[at].view(np.int64)

@@ -56,6 +56,28 @@ def test_int64_outputs_are_numpy_int64_which_orjson_encodes(digits_module, optio
     assert orjson.loads(orjson.dumps(got["label"][0], option=orjson.OPT_SERIALIZE_NUMPY)) == int(got["label"][0])
 
 
+def test_only_a_run_of_more_than_one_row_shrinks_the_arena_after_itself(digits_module, session, images):
+    class Spy:
+        def __init__(self) -> None:
+            self.shrinks: list[bool] = []
+
+        def run(self, names, feed, run_options):
+            try:
+                entry = run_options.get_run_config_entry("memory.enable_memory_arena_shrinkage")
+            except RuntimeError:  # not set
+                entry = ""
+            self.shrinks.append(entry == "cpu:0")
+            return session.run(names, feed, run_options)
+
+    spy = Spy()
+    runtime = OnnxRuntime(digits_module, RuntimeOptions(intra_op_threads=1, cleanup_activations=True), spy)
+    for rows in (1, 16, 1):
+        runtime.run({"image": np.ascontiguousarray(images[:rows])})
+    kept = OnnxRuntime(digits_module, RuntimeOptions(intra_op_threads=1, cleanup_activations=False), spy)
+    kept.run({"image": np.ascontiguousarray(images[:16])})
+    assert spy.shrinks == [False, True, False, False]
+
+
 def test_all_runtimes_share_one_session(digits_module, options, session):
     runtimes = [OnnxRuntime(digits_module, options, session) for _ in range(4)]
     assert all(r.compiled is session for r in runtimes)
