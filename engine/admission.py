@@ -166,7 +166,8 @@ class SampleCount:
     def __call__(self, inputs: object) -> int:
         if self.name is None:
             return 1
-        value = inputs.get(self.name) if isinstance(inputs, Mapping) else inputs
+        # A list is the common case: tested first, it skips the Mapping ABC's slow isinstance.
+        value = inputs if type(inputs) is list else inputs.get(self.name) if isinstance(inputs, Mapping) else inputs
         if isinstance(value, np.ndarray):
             return int(value.shape[0]) if value.ndim == self.depth else 1
         depth, inner = 0, value
