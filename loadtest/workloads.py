@@ -64,7 +64,8 @@ MINILM_OTHERS = (("InferPool onnxruntime fp32", ("--runtime.backend", "onnxrunti
 
 WORKLOADS = {
     "resnet50": Workload(("--model", "loadtest.resnet:build"), "resnet50-v2-binary", (1, 4, 16), 1,
-                         "loadtest.resnet:build", peer="resnet50"),
+                         "loadtest.resnet:build", peer="resnet50",
+                         others=(("InferPool batch8", ("--runtime.max-batch-size", "8")),)),
     "minilm16": Workload(("--config", MINILM), "minilm16-json", (1, 4), 16, "inferpool.engine.zoo.minilm:build",
                          "inferpool.engine.zoo.minilm:MiniLMHandler", peer="minilm", engine=MINILM_ENGINE,
                          others=MINILM_OTHERS),
