@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import logging
 import re
 import time
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 NAME = rb"([A-Za-z0-9._-]+)"
+log = logging.getLogger(__name__)
 EAGER_CONNECTIONS = 2
 """A process holding at most this many connections answers a request as soon as its body is in."""
 
@@ -153,6 +155,7 @@ class Lane:
         # The parser's callbacks run in the loop's own context: what a request sets (its id, its
         # model's labels) must not stay there for every task made after it.
         self._context = contextvars.Context()
+        self._eager = False
 
     def take(self, protocol: HttpToolsProtocol) -> LaneRequest | None:
         """The lane's request for the head just parsed, or None to leave it to ASGI."""
@@ -184,11 +187,15 @@ class Lane:
     def enqueue(self, request: LaneRequest) -> None:
         """Its body is all here: counted in at the door, answered at this wake-up's end."""
         self.activity.active += 1
-        if not self.pending and len(request.protocol.connections) <= EAGER_CONNECTIONS:
+        if not self.pending and not self._eager and len(request.protocol.connections) <= EAGER_CONNECTIONS:
             # Few clients: answered now, from the callback that completed its body (a loop step
             # less; +8 % req/s at one connection). Under load the wake-up's requests are answered
             # together once every ready socket is read, which measured faster (docs/BENCHMARKS.md).
-            self._context.run(self._answer, request)
+            self._eager = True  # an answer that led here again (it cannot today) waits its turn instead
+            try:
+                self._context.run(self._answer, request)
+            finally:
+                self._eager = False
             return
         self.pending.append(request)
         if not self.scheduled:
@@ -199,7 +206,13 @@ class Lane:
         self.scheduled = False
         pending, self.pending = self.pending, []
         for request in pending:
-            self._answer(request)
+            try:
+                self._answer(request)
+            except Exception:  # a bug here must not strand the requests after it, nor the door's count
+                log.exception("answering a request on the lane failed")
+                request.protocol.transport.close()
+                if not request.response_complete:
+                    self._done(request, 500, None)
 
     def _answer(self, request: LaneRequest) -> None:
         if request.disconnected:
@@ -210,7 +223,11 @@ class Lane:
         try:
             served = request.handler.resolve(request.found)
             if not served.model.inline:
-                asyncio.get_running_loop().create_task(self._answer_later(request, served))
+                # Held in the server's task set, as uvicorn holds its own: its shutdown waits for them.
+                tasks = request.protocol.tasks
+                task = asyncio.get_running_loop().create_task(self._answer_later(request, served))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
                 return
             answer, inference = request.handler.answer_read(
                 served, request.body, request.headers, request.rid, request.started
@@ -228,6 +245,9 @@ class Lane:
         except Exception as exc:  # noqa: BLE001 -- unexpected() logs the traceback
             self._error(request, exc)
             return
+        except BaseException:  # cancelled (a shutdown past its grace): counted out as the ASGI path counts it
+            self._done(request, 500, None)
+            raise
         self._send(request, 200, answer, inference)
 
     def _error(self, request: LaneRequest, exc: Exception) -> None:

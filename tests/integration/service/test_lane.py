@@ -63,9 +63,11 @@ class MemoryTransport(asyncio.Transport):
         pass
 
 
-def exchange(app: InferPoolApp, *parts: bytes) -> tuple[bytes, bool]:
-    """Feed one connection these reads (each in its own loop wake-up): what it wrote back, and
-    whether the server closed it."""
+def exchange(app: InferPoolApp, *parts: bytes, answers: int | None = None) -> tuple[bytes, bool]:
+    """Feed one connection these reads (each in its own loop wake-up), then wait (up to 5 s) for
+    ``answers`` answers (default: one a request sent): what it wrote back, and whether the server
+    closed it."""
+    expected = sum(part.count(b"HTTP/1.") for part in parts) if answers is None else answers
 
     async def run() -> tuple[bytes, bool]:
         config = uvicorn.Config(app, lifespan="off", log_config=None)
@@ -80,6 +82,10 @@ def exchange(app: InferPoolApp, *parts: bytes) -> tuple[bytes, bool]:
             protocol.data_received(part)
             for _ in range(20):  # the lane's callback, or the ASGI task through its awaits
                 await asyncio.sleep(0)
+        waited = 0.0
+        while transport.written.count(b"HTTP/1.1 ") < expected and waited < 5.0:
+            await asyncio.sleep(0.002)  # a worker thread's answer comes back through the loop
+            waited += 0.002
         for _ in range(50):
             await asyncio.sleep(0)
         closed = transport.closed  # by the server
@@ -208,7 +214,7 @@ def test_a_draining_process_says_connection_close(app):
 def test_a_client_gone_before_its_body_is_counted_499_and_the_door_is_empty(app, client):
     before = metric_total(client.get("/metrics").text, "inferpool_requests_total", route="/predict", status="499")
     head = post("/predict", SAMPLE)[: -len(SAMPLE) // 2]  # half the body, then the connection ends
-    answer, _ = exchange(app, head)
+    answer, _ = exchange(app, head, answers=0)
     after = metric_total(client.get("/metrics").text, "inferpool_requests_total", route="/predict", status="499")
     assert answer == b""
     assert after == before + 1
@@ -275,3 +281,17 @@ def test_a_full_door_sheds_at_the_head_and_a_body_over_64_kib_goes_the_asgi_way(
     assert len(large) > 64 * 1024
     answer, _ = exchange(app, post("/predict", large))
     assert answer.startswith(b"HTTP/1.1 413")  # the client fixture's --max-body-bytes 65536, as the ASGI path says
+
+
+def test_a_model_on_worker_threads_is_answered_on_a_task_with_the_same_bytes(monkeypatch):
+    with app_client("--runtime.dispatch", "threads") as threaded:
+        on_threads: InferPoolApp = threaded.app  # type: ignore[assignment]
+        assert not on_threads.state.host.serving().inline
+        for path, body in (("/predict", SAMPLE), ("/predict", b"{oops"), V2_JSON[:2]):
+            asgi, _ = exchange(on_threads, post(path, body, "x-request-id: same", chunked=True))
+            with monkeypatch.context() as patch:
+                patch.setattr(InferPoolApp, "__call__", refuse_asgi)
+                lane, _ = exchange(on_threads, post(path, body, "x-request-id: same"))
+            assert lane.startswith(b"HTTP/1.1 200" if body != b"{oops" else b"HTTP/1.1 400")
+            assert without_volatile(lane) == without_volatile(asgi)
+        assert on_threads.state.activity.active == 0
