@@ -105,7 +105,7 @@ class InferPoolApp(FastAPI):
 
     _fast: FastPath | None = None
     lane: Lane | None = None
-    """Plain ``/predict`` requests answered without ASGI under InferPool's own protocol
+    """Plain ``/predict`` and v2 infer requests answered without ASGI under InferPool's own protocol
     (service/http/lane.py); None when telemetry is on (its spans and logs are ASGI's)."""
 
     def build_fast_path(self) -> FastPath:

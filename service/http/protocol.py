@@ -14,8 +14,8 @@ a task forever. Here:
 - a request the HTTP parser rejects (a malformed ``Content-Length``, a broken request line)
   gets its 400 as JSON, like every other error, not uvicorn's plain text.
 
-And two things for speed: plain ``/predict`` requests skip ASGI (service/http/lane.py), and an
-answer's head and body leave in one write (``OneWriteTransport``).
+And two things for speed: plain ``/predict`` and v2 infer requests skip ASGI
+(service/http/lane.py), and an answer's head and body leave in one write (``OneWriteTransport``).
 uvicorn writes the head at ``http.response.start`` and the body at ``http.response.body``: two
 send() calls and two TCP segments per answer, and a client woken twice. On the digits model the
 head's write alone was 19 % of a serving process's samples (py-spy under wrk, 8 connections).
