@@ -25,7 +25,7 @@ import logging
 import re
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE
@@ -33,10 +33,10 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 from inferpool.engine.client import request_id
 from inferpool.service.auth import ApiKey
 from inferpool.service.errors import ErrorAnswer, answer_for, unexpected
-from inferpool.service.frontdoor import Activity, Served, echoable_request_id, request_ids
+from inferpool.service.frontdoor import Activity, Encoder, FrontDoor, Served, echoable_request_id, request_ids
 from inferpool.service.http.codec import Disconnected
 from inferpool.service.http.middleware import CLIENT_CLOSED, SERIAL
-from inferpool.service.http.rawasgi import JSON, Answer, error_headers
+from inferpool.service.http.rawasgi import JSON, Answer, error_headers, server_timing
 from inferpool.service.telemetry.logs import model_served
 from inferpool.service.telemetry.metrics import Inference, Metrics
 
@@ -49,23 +49,35 @@ EAGER_CONNECTIONS = 2
 """A process holding at most this many connections answers a request as soon as its body is in."""
 
 
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    """A lane request's body as its route decoded it: what the front door's ``infer`` takes."""
+
+    inputs: object
+    encode: Encoder[Any, Any]
+    decoded: object
+    """What ``encode`` is given besides the outputs (the parsed v2 request; None for /predict)."""
+    timeout: bytes | None
+    """The X-Request-Timeout-Ms header."""
+    timeout_ms: float | None = None
+    """The v2 ``timeout`` parameter."""
+
+
 class LaneHandler(Protocol):
     """What a hot route gives the lane (service/http/routes: ``Predict``, ``Infer``)."""
+
+    door: FrontDoor
 
     def resolve(self, found: re.Match[bytes]) -> Served:
         """The model its matched path names (NotReady, or 404 for one not served)."""
         ...
 
-    def answer_read(
-        self, served: Served, request_body: bytearray, headers: dict[bytes, bytes], rid: str, received: float
-    ) -> tuple[Answer, Inference]:
-        """A request whose body is all here, for a model that runs inline, with no await."""
+    def decode(self, served: Served, request_body: bytearray, headers: dict[bytes, bytes]) -> Decoded:
+        """The whole body, decoded for ``served`` (a 4xx error for a bad one)."""
         ...
 
-    async def answer_read_later(
-        self, served: Served, request_body: bytearray, headers: dict[bytes, bytes], rid: str, received: float
-    ) -> tuple[Answer, Inference]:
-        """``answer_read`` for a model whose requests wait for a worker thread or a batch."""
+    def answer_of(self, encoded: Any, timing: tuple[bytes, bytes]) -> Answer:
+        """The 200 for what the route's encoder made, with its Server-Timing header."""
         ...
 
 
@@ -220,28 +232,35 @@ class Lane:
             return
         request_id.set(request.rid)
         model_served.set(None)  # until its model is found (a 404 has none)
+        handler = request.handler
         try:
-            served = request.handler.resolve(request.found)
+            served = handler.resolve(request.found)
+            call = handler.decode(served, request.body, request.headers)
             if not served.model.inline:
                 # Held in the server's task set, as uvicorn holds its own: its shutdown waits for them.
                 tasks = request.protocol.tasks
-                task = asyncio.get_running_loop().create_task(self._answer_later(request, served))
+                task = asyncio.get_running_loop().create_task(self._answer_later(request, served, call))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
                 return
-            answer, inference = request.handler.answer_read(
-                served, request.body, request.headers, request.rid, request.started
-            )
+            encoded, inference = handler.door.infer_inline(
+                served, call.inputs, call.encode, call.decoded, received=request.started, parsed=time.perf_counter(),
+                rid=request.rid, timeout=call.timeout, timeout_ms=call.timeout_ms,
+            )  # fmt: skip
+            answer = handler.answer_of(encoded, server_timing(request.started, inference))
         except Exception as exc:  # noqa: BLE001 -- unexpected() logs the traceback
             self._error(request, exc)
             return
         self._send(request, 200, answer, inference)
 
-    async def _answer_later(self, request: LaneRequest, served: Served) -> None:
+    async def _answer_later(self, request: LaneRequest, served: Served, call: Decoded) -> None:
+        handler = request.handler
         try:
-            answer, inference = await request.handler.answer_read_later(
-                served, request.body, request.headers, request.rid, request.started
-            )
+            encoded, inference = await handler.door.infer(
+                served, call.inputs, call.encode, call.decoded, received=request.started, parsed=time.perf_counter(),
+                rid=request.rid, timeout=call.timeout, timeout_ms=call.timeout_ms,
+            )  # fmt: skip
+            answer = handler.answer_of(encoded, server_timing(request.started, inference))
         except Exception as exc:  # noqa: BLE001 -- unexpected() logs the traceback
             self._error(request, exc)
             return

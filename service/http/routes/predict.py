@@ -18,9 +18,9 @@ from inferpool.service.errors import documented_error
 from inferpool.service.frontdoor import Served
 from inferpool.service.http.codec import decode_inputs, encode_json, read_body
 from inferpool.service.http.fastpath import documentation_only
+from inferpool.service.http.lane import Decoded
 from inferpool.service.http.openapi import PREDICT_REQUEST, PREDICT_RESPONSES
-from inferpool.service.http.rawasgi import JSON, Answer, RawRoute, request_headers, server_timing, timed
-from inferpool.service.telemetry.metrics import Inference
+from inferpool.service.http.rawasgi import JSON, Answer, RawRoute, request_headers, timed
 from inferpool.service.timing import TIMEOUT_HEADER
 
 router = APIRouter()
@@ -75,28 +75,12 @@ class Predict(RawRoute):
         name = found.group(1)
         return self.door.resolve(None if name is None else name.decode())
 
-    def answer_read(
-        self, served: Served, request_body: bytearray, headers: dict[bytes, bytes], rid: str, received: float
-    ) -> tuple[Answer, Inference]:
-        """A request whose body is all here, for a model that runs inline (``served.model.inline``),
-        with no await: what the HTTP lane (service/http/lane.py) answers it with."""
-        inputs = decode_inputs(request_body)
-        body, inference = self.door.infer_inline(
-            served, inputs, _encode, None, received=received, parsed=time.perf_counter(), rid=rid,
-            timeout=headers.get(TIMEOUT_HEADER),
-        )  # fmt: skip
-        return (body, JSON, [server_timing(received, inference)]), inference
+    def decode(self, served: Served, request_body: bytearray, headers: dict[bytes, bytes]) -> Decoded:
+        """The lane's: the body, decoded as ``answer`` decodes it."""
+        return Decoded(decode_inputs(request_body), _encode, None, headers.get(TIMEOUT_HEADER))
 
-    async def answer_read_later(
-        self, served: Served, request_body: bytearray, headers: dict[bytes, bytes], rid: str, received: float
-    ) -> tuple[Answer, Inference]:
-        """``answer_read`` for a model whose requests wait for a worker thread or a batch."""
-        inputs = decode_inputs(request_body)
-        body, inference = await self.door.infer(
-            served, inputs, _encode, None, received=received, parsed=time.perf_counter(), rid=rid,
-            timeout=headers.get(TIMEOUT_HEADER),
-        )  # fmt: skip
-        return (body, JSON, [server_timing(received, inference)]), inference
+    def answer_of(self, encoded: bytes, timing: tuple[bytes, bytes]) -> Answer:
+        return encoded, JSON, [timing]
 
 
 def _encode(served: Served, outputs: Mapping[str, Any], _: None) -> bytes:

@@ -20,8 +20,8 @@ from inferpool.service.frontdoor import Served
 from inferpool.service.http.codec import json_response, read_body
 from inferpool.service.http.deps import HostDep, host_of
 from inferpool.service.http.fastpath import documentation_only
-from inferpool.service.http.rawasgi import BINARY, JSON, Answer, RawRoute, request_headers, server_timing, timed
-from inferpool.service.telemetry.metrics import Inference
+from inferpool.service.http.lane import Decoded
+from inferpool.service.http.rawasgi import BINARY, JSON, Answer, RawRoute, request_headers, timed
 from inferpool.service.timing import TIMEOUT_HEADER
 from inferpool.service.v2.codec import HEADER_LENGTH, InferRequest, encode_response, metadata, parse_request
 
@@ -132,25 +132,13 @@ class Infer(RawRoute):
         version = found.group(2)
         return self.door.resolve(found.group(1).decode(), None if version is None else version.decode())
 
-    def answer_read(
-        self, served: Served, request_body: bytearray, headers: dict[bytes, bytes], rid: str, received: float
-    ) -> tuple[Answer, Inference]:
+    def decode(self, served: Served, request_body: bytearray, headers: dict[bytes, bytes]) -> Decoded:
+        """The lane's: the body, parsed as ``answer`` parses it."""
         request = _parsed(served, request_body, headers)
-        answer, inference = self.door.infer_inline(
-            served, request.inputs, _encode, request, received=received, parsed=time.perf_counter(), rid=rid,
-            timeout=headers.get(TIMEOUT_HEADER), timeout_ms=request.timeout_ms,
-        )  # fmt: skip
-        return _answer(answer, server_timing(received, inference)), inference
+        return Decoded(request.inputs, _encode, request, headers.get(TIMEOUT_HEADER), request.timeout_ms)
 
-    async def answer_read_later(
-        self, served: Served, request_body: bytearray, headers: dict[bytes, bytes], rid: str, received: float
-    ) -> tuple[Answer, Inference]:
-        request = _parsed(served, request_body, headers)
-        answer, inference = await self.door.infer(
-            served, request.inputs, _encode, request, received=received, parsed=time.perf_counter(), rid=rid,
-            timeout=headers.get(TIMEOUT_HEADER), timeout_ms=request.timeout_ms,
-        )  # fmt: skip
-        return _answer(answer, server_timing(received, inference)), inference
+    def answer_of(self, encoded: tuple[bytes, int | None], timing: tuple[bytes, bytes]) -> Answer:
+        return _answer(encoded, timing)
 
 
 def _parsed(served: Served, body: bytearray, headers: dict[bytes, bytes]) -> InferRequest:
