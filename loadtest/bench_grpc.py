@@ -99,7 +99,9 @@ async def native_echo_server(port: int) -> None:
     async def echo(request: _Raw, context: object) -> _Raw:
         return request
 
-    servicer: Any = SimpleNamespace(methods=lambda: {"ModelInfer": Served(echo, _Raw, _Raw)})
+    servicer: Any = SimpleNamespace(
+        methods=lambda: {"ModelInfer": Served(echo, _Raw, _Raw)}, infer_now=lambda request, context: None
+    )
     host: Any = SimpleNamespace(status="ready")
     front = NativeFrontEnd(servicer, host, f"127.0.0.1:{port}", 1 << 30)
     await front.start()

@@ -155,11 +155,12 @@ class FrontDoor:
 
     def infer_inline(
         self, served: Served, inputs: object, encode: Encoder[C, T], decoded: C, *, received: float, parsed: float,
-        rid: str | None, timeout: bytes | None = None, timeout_ms: float | None = None,
+        rid: str | None, timeout: bytes | None = None, timeout_ms: float | None = None, remaining: float | None = None,
     ) -> tuple[T, Inference]:  # fmt: skip
         """``infer`` for a model whose requests run inline (``served.model.inline``), without a
-        coroutine: the HTTP lane answers such requests from the parser's callbacks."""
-        when, field = self._deadline(served, timeout, timeout_ms, None)
+        coroutine: the HTTP lane answers such requests from the parser's callbacks, the native
+        gRPC front end from its batch of calls."""
+        when, field = self._deadline(served, timeout, timeout_ms, remaining)
         try:
             prediction = served.model.infer_inline(inputs, when, rid)
         except DeadlineBelowFloor as exc:

@@ -31,7 +31,7 @@ from inferpool.service.frontdoor import FrontDoor, client_request_id, request_id
 from inferpool.service.grpc import inference_pb2 as pb
 from inferpool.service.grpc import tensors
 from inferpool.service.grpc.repository import Repository
-from inferpool.service.grpc.status import Refused, code_of, status_of
+from inferpool.service.grpc.status import Aborted, Refused, code_of, status_of
 from inferpool.service.processes.supervisor_channel import Control
 from inferpool.service.telemetry.metrics import Inference
 from inferpool.service.telemetry.observe import Observer
@@ -137,17 +137,9 @@ class Servicer:
             except asyncio.CancelledError:  # the caller went away or its deadline passed
                 code = "CANCELLED"
                 raise
-            except Refused as refused:
-                code = code_of(refused.answer).name
-                await context.abort_with_status(status_of(refused.answer))
-            except Exception as exc:  # every error becomes a status here
-                answer = answer_for(exc, self.metrics)
-                if answer is None:
-                    log.exception("unhandled error in gRPC %s", name)
-                    self.metrics.observe_error("internal")
-                    answer = ErrorAnswer(500, "internal server error; the server log has the details")
-                code = code_of(answer).name
-                await context.abort_with_status(status_of(answer))
+            except Exception as exc:  # noqa: BLE001 -- every error becomes a status here (_failure logs a bug)
+                code, status = self._failure(name, exc)
+                await context.abort_with_status(status)
             finally:
                 ended = time.perf_counter()
                 self.metrics.observe_rpc(name, code, ended - started, _inference.get())
@@ -163,6 +155,58 @@ class Servicer:
                     await asyncio.sleep(GOAWAY_SECONDS)
 
         return handle
+
+    def _failure(self, name: str, exc: Exception) -> tuple[str, grpc.Status]:
+        """The error's status, and its code's name for the metrics: the one mapping of both ways in."""
+        if isinstance(exc, Refused):
+            answer = exc.answer
+        else:
+            found = answer_for(exc, self.metrics)
+            if found is None:
+                log.exception("unhandled error in gRPC %s", name)
+                self.metrics.observe_error("internal")
+                found = ErrorAnswer(500, "internal server error; the server log has the details")
+            answer = found
+        return code_of(answer).name, status_of(answer)
+
+    def infer_now(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse | None:
+        """ModelInfer without a coroutine, for a model that runs inline (the native front end
+        calls it from its batch of calls, as HTTP's lane calls the door): the same key check,
+        door, request id, metrics and statuses as ``methods()``'s, raising ``Aborted``. None,
+        with nothing done, when the call must go the wrapped way: its model is not inline (or
+        not found: the wrapped way checks the key first), telemetry is on, or the process is
+        draining or retiring (the wrapper's wait for GOAWAY)."""
+        if self.observer is not None or self.activity.closing:
+            return None
+        try:
+            served = self.door.resolve(request.model_name, request.model_version or None)
+        except Exception:  # noqa: BLE001 -- answered the wrapped way, after the key check
+            return None
+        if not served.model.inline:
+            return None
+        started = time.perf_counter()
+        code, inference = "OK", None
+        try:
+            if self.auth is not None and not self.auth.admits(None, context.invocation_metadata() or ()):
+                self.metrics.observe_error("auth")
+                raise Refused(UNAUTHENTICATED)
+            self._enter()
+            try:
+                rid = self._request_id(request, context)
+                decoded = tensors.decode(request, served.expected())
+                response, inference = self.door.infer_inline(
+                    served, decoded.inputs, _encode, (request.id, decoded.outputs), received=started,
+                    parsed=time.perf_counter(), rid=rid, timeout_ms=decoded.timeout_ms,
+                    remaining=context.time_remaining(),
+                )  # fmt: skip
+            finally:
+                self.activity.active -= 1
+            return response
+        except Exception as exc:  # noqa: BLE001 -- every error becomes a status, as in the wrapper
+            code, status = self._failure("ModelInfer", exc)
+            raise Aborted(status) from None
+        finally:
+            self.metrics.observe_rpc("ModelInfer", code, time.perf_counter() - started, inference)
 
     async def server_live(self, request: pb.ServerLiveRequest, context: Any) -> pb.ServerLiveResponse:
         return pb.ServerLiveResponse(live=self.host.status.live)
@@ -196,11 +240,7 @@ class Servicer:
         activity = self.activity
 
         async def counted(request: Any, context: Any) -> Any:
-            try:
-                activity.enter()
-            except Overloaded:
-                self.metrics.observe_error("load_shed")
-                raise
+            self._enter()
             try:
                 return await method(request, context)
             finally:
@@ -208,11 +248,24 @@ class Servicer:
 
         return counted
 
-    async def model_infer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
-        received = time.perf_counter()
+    def _enter(self) -> None:
+        try:
+            self.activity.enter()
+        except Overloaded:
+            self.metrics.observe_error("load_shed")
+            raise
+
+    def _request_id(self, request: pb.ModelInferRequest, context: Any) -> str:
+        """The call's id (the caller's metadata, the request's own, or a new one), set for its
+        logs and sent back as trailing metadata."""
         rid = client_request_id(context.invocation_metadata() or ()) or request.id or next(self._ids)
         request_id.set(rid)
         context.set_trailing_metadata((("x-request-id", rid),))
+        return rid
+
+    async def model_infer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
+        received = time.perf_counter()
+        rid = self._request_id(request, context)
         door = self.door
         served = door.resolve(request.model_name, request.model_version or None)
         decoded = tensors.decode(request, served.expected())

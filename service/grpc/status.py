@@ -47,6 +47,15 @@ def status_of(answer: ErrorAnswer) -> grpc.Status:
     return rpc_status.to_status(status)
 
 
+class Aborted(Exception):
+    """A call ended with ``status``: what a front end's context raises from
+    ``abort_with_status`` (the native one's), and what ``Servicer.infer_now`` raises."""
+
+    def __init__(self, status: grpc.Status) -> None:
+        super().__init__(status.details)
+        self.status = status
+
+
 class Refused(Exception):
     """A call answered with ``answer`` as it is: the refusal was counted, if at all, where it
     was decided (the key check; the supervisor's answer to a repository call, which REST does

@@ -6,6 +6,7 @@ itself (tests/e2e/service/test_grpc.py runs every other gRPC test on both front 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,11 @@ NATIVE_THREAD = "grpc-native-io"  # what pygrpc-native names its tokio threads
 def _threads(pid: int) -> list[str]:
     tasks = Path(f"/proc/{pid}/task")
     return [(task / "comm").read_text().strip() for task in tasks.iterdir()]
+
+
+def _thread_ids(pid: int) -> list[tuple[int, str]]:
+    tasks = Path(f"/proc/{pid}/task")
+    return [(int(task.name), (task / "comm").read_text().strip()) for task in tasks.iterdir()]
 
 
 def _children(pid: int) -> list[int]:
@@ -52,6 +58,14 @@ def test_tokio_starts_in_each_serving_process_not_in_the_supervisor(served, imag
     assert len(serving) == 2, serving
     for pid in serving:
         assert NATIVE_THREAD in _threads(pid), (pid, _threads(pid))
+        # Its threads (tokio's, and the one handing calls to the loop) do not preempt the
+        # event loop when a call or an answer wakes them; the loop's own thread is as it was.
+        threads = _thread_ids(pid)
+        batch = {tid for tid, _ in threads if os.sched_getscheduler(tid) == os.SCHED_BATCH}
+        native = {tid for tid, name in threads if name == NATIVE_THREAD}
+        assert native < batch, threads
+        assert len(batch) == len(native) + 1, threads
+        assert os.sched_getscheduler(pid) == os.SCHED_OTHER
 
 
 def test_health_watch_streams_the_status(served):
