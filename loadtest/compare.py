@@ -55,6 +55,7 @@ from loadtest import openloop, wrk
 from loadtest.workloads import WORKLOADS, Variant, limits, variants_for
 
 LIMIT = "bare handler limit, 2 processes"
+DEFAULTS = "InferPool defaults"
 SEEN = ("eager", "onnxruntime")  # backends with their own variants above; newer ones get one each
 
 
@@ -203,7 +204,7 @@ def ratios(runs: list[dict[str, Any]], limit: dict[str, Any]) -> str:
     rates: dict[tuple[str, int], float] = {(r["label"], r["concurrency"]): r["achieved_rps"] for r in runs}
     lines = []
     for c in sorted({c for _, c in rates}):
-        ours = rates.get(("InferPool defaults", c))
+        ours = rates.get((DEFAULTS, c))
         peers = {name: rps for (name, at), rps in rates.items() if at == c and not name.startswith("InferPool")}
         if ours is None:
             continue
@@ -213,6 +214,20 @@ def ratios(runs: list[dict[str, Any]], limit: dict[str, Any]) -> str:
             best = max(peers, key=peers.__getitem__)
             line += f", {ours / max(peers[best], 1e-9):.2f}x the best peer ({best}, {peers[best]:,.1f})"
         lines.append(line)
+    return "\n".join(lines)
+
+
+def by_round(runs: list[dict[str, Any]], round_limits: list[dict[str, Any]]) -> str:
+    """The no-flag server against the limit measured just before its round, round by round (issue
+    29's "in every one of 5 runs")."""
+    lines = []
+    for round_, limit in enumerate(round_limits):
+        ours = {r["concurrency"]: r["achieved_rps"] for r in runs if r["round"] == round_ and r["label"] == DEFAULTS}
+        cells = [
+            f"c={c} {rps / (limit['one_stream'] if c == 1 else limit['every_core']):.2f}x"
+            for c, rps in sorted(ours.items())
+        ]
+        lines.append(f"round {round_ + 1} (limit {limit['one_stream']} / {limit['every_core']}): " + ", ".join(cells))
     return "\n".join(lines)
 
 
@@ -265,6 +280,10 @@ def main() -> None:
     parser.add_argument("--pick", choices=("best", "median"), default="best", help="which round a table cell shows")
     parser.add_argument("--tables-from", type=Path, default=None, help="an earlier all_runs.json: no new runs")
     parser.add_argument(
+        "--limit-each-round", action="store_true",
+        help="measure the bare engine again before every round: each round's ratio to its own limit",
+    )  # fmt: skip
+    parser.add_argument(
         "--generator", choices=("python", "wrk"), default="python",
         help="closed-loop client: loadtest.openloop (Python) or Debian's wrk (less CPU per request)",
     )  # fmt: skip
@@ -286,7 +305,11 @@ def main() -> None:
     if args.only:
         wanted = [w.strip().lower() for w in args.only.split(",")]
         chosen = [v for v in chosen if any(w in v.name.lower() for w in wanted)]
+    round_limits: list[dict[str, Any]] = []
     for round_ in range(0 if args.tables_from else args.rounds):
+        if args.limit_each_round:  # a machine that drifts within the run: each round beside its own limit
+            round_limits.append(limit if round_ == 0 else limits(workload, min(args.duration, 5.0)))
+            (out / "round_limits.json").write_text(json.dumps(round_limits))
         # Each round in the opposite order, so that slow drift (other load on the machine) does
         # not always favour the same variants.
         for variant in chosen if round_ % 2 == 0 else chosen[::-1]:
@@ -303,6 +326,8 @@ def main() -> None:
     text = f"{args.workload}: {limit_line(limit)}\n\n" + table(picked, concurrency) + "\n\n" + ratios(picked, limit)
     suffix = " pinned" if args.pin else ""
     openloop.write_results(picked, out, f"{args.workload}, closed loop{suffix}")
+    if round_limits:
+        text += "\n\n" + by_round(runs, round_limits)
     against = against_limit(picked, concurrency)
     if against:
         text += "\n\n" + against

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from inferpool.harness.payloads import PAYLOADS
-from loadtest.compare import ratios
+from loadtest.compare import by_round, ratios
 from loadtest.workloads import WORKLOADS, variants_for
 
 
@@ -31,4 +31,18 @@ def test_ratios_take_the_best_peer_and_the_limit_that_applies_at_each_concurrenc
     assert lines == [
         "c=1: defaults 18.0 req/s = 0.90x the limit, 1.50x the best peer (FastAPI 1p x 2 threads, 12.0)",
         "c=4: defaults 22.0 req/s = 0.92x the limit, 2.00x the best peer (FastAPI 2p x 1 thread, 11.0)",
+    ]
+
+
+def test_each_round_is_held_to_the_limit_measured_before_it():
+    runs = [
+        {"label": "InferPool defaults", "concurrency": 1, "achieved_rps": 18.0, "round": 0},
+        {"label": "InferPool defaults", "concurrency": 4, "achieved_rps": 22.0, "round": 0},
+        {"label": "FastAPI 2p x 1 thread", "concurrency": 4, "achieved_rps": 11.0, "round": 0},  # not ours
+        {"label": "InferPool defaults", "concurrency": 4, "achieved_rps": 19.0, "round": 1},
+    ]
+    limits = [{"one_stream": 20.0, "every_core": 24.0}, {"one_stream": 19.0, "every_core": 20.0}]
+    assert by_round(runs, limits).splitlines() == [
+        "round 1 (limit 20.0 / 24.0): c=1 0.90x, c=4 0.92x",
+        "round 2 (limit 19.0 / 20.0): c=4 0.95x",
     ]
