@@ -205,7 +205,11 @@ def ratios(runs: list[dict[str, Any]], limit: dict[str, Any]) -> str:
     lines = []
     for c in sorted({c for _, c in rates}):
         ours = rates.get((DEFAULTS, c))
-        peers = {name: rps for (name, at), rps in rates.items() if at == c and not name.startswith("InferPool")}
+        peers = {
+            name: rps
+            for (name, at), rps in rates.items()
+            if at == c and not name.startswith("InferPool") and name != LIMIT  # the limit is no peer
+        }
         if ours is None:
             continue
         bound = limit["one_stream"] if c == 1 else limit["every_core"]

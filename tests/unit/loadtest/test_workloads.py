@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from inferpool.harness.payloads import PAYLOADS
-from loadtest.compare import by_round, ratios
+from loadtest.compare import LIMIT, by_round, ratios
 from loadtest.workloads import WORKLOADS, variants_for
 
 
@@ -26,6 +26,7 @@ def test_ratios_take_the_best_peer_and_the_limit_that_applies_at_each_concurrenc
         {"label": "FastAPI 1p x 2 threads", "concurrency": 1, "achieved_rps": 12.0},
         {"label": "FastAPI 2p x 1 thread", "concurrency": 1, "achieved_rps": 9.0},
         {"label": "FastAPI 2p x 1 thread", "concurrency": 4, "achieved_rps": 11.0},
+        {"label": LIMIT, "concurrency": 4, "achieved_rps": 40.0},  # the bare handler: no peer
     ]
     lines = ratios(runs, {"one_stream": 20.0, "every_core": 24.0}).splitlines()
     assert lines == [
