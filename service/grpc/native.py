@@ -33,13 +33,11 @@ was +29 % calls/s and 16 % less CPU a call at 8 callers, and no change at one
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import logging
-import os
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -49,6 +47,7 @@ from pygrpc_native import EVENT_CANCEL, NativeGrpcFront
 
 from inferpool.service.grpc.servicer import SERVICE, Servicer
 from inferpool.service.grpc.status import Aborted
+from inferpool.service.grpc.wakeups import threads_batch_scheduled
 
 if TYPE_CHECKING:  # the host loads models (torch); this only reads its readiness
     from inferpool.service.models.host import ModelHost
@@ -316,23 +315,3 @@ class NativeFrontEnd:
         self._close()
         if self._receiver is not None:  # recv_batch returns None once the front is closed
             await asyncio.to_thread(self._receiver.join, 5)
-
-
-@contextlib.contextmanager
-def threads_batch_scheduled() -> Iterator[None]:
-    """Threads started inside run under SCHED_BATCH (no preempting on a wake-up): a new thread
-    takes its policy from the thread that starts it, and the tokio threads are started in Rust,
-    where no Python can reach them first. The calling thread's own policy is restored after."""
-    policy, before = getattr(os, "SCHED_BATCH", None), None
-    if policy is not None:  # Linux
-        try:
-            before = os.sched_getscheduler(0)
-            os.sched_setscheduler(0, policy, os.sched_param(0))
-        except OSError as exc:  # a seccomp profile may forbid it: only speed is lost
-            log.debug("cannot start the gRPC threads under SCHED_BATCH: %s", exc)
-            before = None
-    try:
-        yield
-    finally:
-        if before is not None:
-            os.sched_setscheduler(0, before, os.sched_param(0))
