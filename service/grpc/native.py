@@ -45,9 +45,11 @@ from google.protobuf.message import DecodeError
 from grpc_health.v1 import health_pb2
 from pygrpc_native import EVENT_CANCEL, NativeGrpcFront
 
+from inferpool.engine.client import request_id
 from inferpool.service.grpc.servicer import SERVICE, Servicer
 from inferpool.service.grpc.status import Aborted
 from inferpool.service.grpc.wakeups import threads_batch_scheduled
+from inferpool.service.telemetry.logs import model_served
 
 if TYPE_CHECKING:  # the host loads models (torch); this only reads its readiness
     from inferpool.service.models.host import ModelHost
@@ -178,7 +180,12 @@ class NativeFrontEnd:
                     context = Context(metadata, remaining)
                     request = None
                     if method_id == self._infer:
-                        request = self._context.run(self._infer_now, front, call_id, payload, context)
+                        try:
+                            request = self._context.run(self._infer_now, front, call_id, payload, context)
+                        except Exception:  # a bug here must not strand the calls after it in the batch
+                            log.exception("answering a gRPC ModelInfer in its batch failed")
+                            front.fail(call_id, grpc.StatusCode.INTERNAL.value[0], INTERNAL)
+                            continue
                         if request is None:  # answered
                             continue
                     if context.deadline is not None:
@@ -192,6 +199,8 @@ class NativeFrontEnd:
         """A ModelInfer answered now, in the batch (no task), when its model runs inline
         (``Servicer.infer_now``); else its decoded request, for the task's way."""
         _, served = self._served[self._infer]
+        request_id.set("-")  # until this call's is known: not the last call's, in its logs
+        model_served.set(None)
         try:
             request = served.request.FromString(payload)
         except DecodeError:  # as grpcio answers a request it cannot deserialize

@@ -22,10 +22,11 @@ def threads_batch_scheduled() -> Iterator[None]:
     """Threads started inside run under SCHED_BATCH (no preempting on a wake-up): a new thread
     takes its policy from the thread that starts it, and the tokio threads are started in Rust,
     where no Python can reach them first. The calling thread's own policy is restored after."""
-    policy, before = getattr(os, "SCHED_BATCH", None), None
+    policy = getattr(os, "SCHED_BATCH", None)
+    before: tuple[int, os.sched_param] | None = None
     if policy is not None:  # Linux
         try:
-            before = os.sched_getscheduler(0)
+            before = os.sched_getscheduler(0), os.sched_getparam(0)
             os.sched_setscheduler(0, policy, os.sched_param(0))
         except OSError as exc:  # a seccomp profile may forbid it: only speed is lost
             log.debug("cannot start the gRPC threads under SCHED_BATCH: %s", exc)
@@ -34,4 +35,7 @@ def threads_batch_scheduled() -> Iterator[None]:
         yield
     finally:
         if before is not None:
-            os.sched_setscheduler(0, before, os.sched_param(0))
+            try:
+                os.sched_setscheduler(0, *before)
+            except OSError as exc:  # never fatal: the loop keeps running, only its policy is off
+                log.warning("cannot restore the event loop thread's scheduling policy: %s", exc)

@@ -153,7 +153,17 @@ def test_model_infer_is_answered_in_the_batch(app_state, wrapped_refused, refere
 
 
 def test_the_batch_and_the_wrapped_way_answer_alike(app_state, images, monkeypatch):
+    wrapped_calls: list[str] = []
+    model_infer = Servicer.model_infer
+
+    async def counted(self: Servicer, request: Any, context: Any) -> Any:
+        wrapped_calls.append(request.model_name)
+        return await model_infer(self, request, context)
+
+    monkeypatch.setattr(Servicer, "model_infer", counted)
     now = exchange(app_state, _calls(images))
+    assert wrapped_calls == ["nope"]  # only the unknown model went the wrapped way (the key comes first there)
+    monkeypatch.setattr(Servicer, "model_infer", model_infer)
     _look_not_inline(app_state, monkeypatch)
     wrapped = exchange(app_state, _calls(images))
     for name, (mine, theirs) in zip(CALLS, zip(now, wrapped, strict=True), strict=True):
