@@ -116,6 +116,9 @@ class ModelStats:
     accepting: bool
     wide_calls: int = 0
     """Calls that ran alone on the wide lane, every core (inferpool.engine.wide; running total)."""
+    abandoned: int = 0
+    """Requests dropped unrun because their caller had stopped waiting: its client left or its
+    deadline passed while it was queued (running total)."""
 
     @property
     def queued(self) -> int:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
+import threading
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Protocol
@@ -77,6 +78,10 @@ class Pipeline:
         self._count = handler.samples if handler is not None else SampleCount(schema)
         self._quick = QuickInputs.of(schema)
         self._outputs_as_run = not self.check_outputs and handler is None
+        self.abandoned = 0
+        """Requests dropped before they ran because their caller had stopped waiting (its client
+        left, its deadline passed): a running total, for metrics."""
+        self._abandoned_lock = threading.Lock()  # worker threads count; a lost += would undercount
         self.floor: DeadlineFloor | None = None
         """The model's deadline floor per sample count, once measured (inferpool.engine.deadline_floor)."""
 
@@ -180,6 +185,8 @@ class Pipeline:
         work.dequeued = now = time.monotonic()
         future = work.future
         if future is not None and future.done():  # a racy read, but only an optimisation
+            with self._abandoned_lock:
+                self.abandoned += 1
             return DeadlineExceeded("the caller stopped waiting")
         if work.deadline is not None and now >= work.deadline:
             return DeadlineExceeded("the request's deadline passed while it was queued; it never ran")

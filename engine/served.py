@@ -271,6 +271,7 @@ class ServedModel:
             replaced_workers=self.replaced_workers,
             accepting=self.accepting,
             wide_calls=0 if self.runtimes.wide is None else self.runtimes.wide.calls,
+            abandoned=self.pipeline.abandoned,
         )
 
     @property

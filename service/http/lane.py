@@ -110,7 +110,7 @@ class LaneRequest:
 
     __slots__ = (
         "body", "disconnected", "found", "handler", "headers", "keep_alive", "lane", "message_event", "more_body",
-        "protocol", "queued", "response_complete", "rid", "route", "started",
+        "protocol", "queued", "response_complete", "rid", "route", "started", "task",
     )  # fmt: skip
 
     def __init__(
@@ -131,13 +131,20 @@ class LaneRequest:
         self.disconnected = False
         self.response_complete = False
         self.queued = False
+        self.task: asyncio.Task[None] | None = None
+        """What answers it, for a model on worker threads: cancelled if its client leaves first."""
         self.message_event = self
         given = headers.get(b"x-request-id")
         self.rid = (None if given is None else echoable_request_id(given)) or next(lane.ids)
 
     def set(self) -> None:
         """uvicorn's signal: more body came, the body is complete, or the client left."""
-        if self.queued or self.response_complete:
+        if self.response_complete:
+            return
+        if self.queued:
+            task = self.task
+            if self.disconnected and task is not None:
+                task.cancel()  # nobody to answer: still queued for the engine, it is dropped unrun
             return
         if self.disconnected:  # before its body was all here: nobody to answer
             self.response_complete = True
@@ -239,7 +246,7 @@ class Lane:
             if not served.model.inline:
                 # Held in the server's task set, as uvicorn holds its own: its shutdown waits for them.
                 tasks = request.protocol.tasks
-                task = asyncio.get_running_loop().create_task(self._answer_later(request, served, call))
+                task = request.task = asyncio.get_running_loop().create_task(self._answer_later(request, served, call))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
                 return
@@ -264,8 +271,8 @@ class Lane:
         except Exception as exc:  # noqa: BLE001 -- unexpected() logs the traceback
             self._error(request, exc)
             return
-        except BaseException:  # cancelled (a shutdown past its grace): counted out as the ASGI path counts it
-            self._done(request, 500, None)
+        except BaseException:  # cancelled: its client left, or a shutdown past its grace (as the ASGI path counts it)
+            self._done(request, CLIENT_CLOSED if request.disconnected else 500, None)
             raise
         self._send(request, 200, answer, inference)
 

@@ -23,6 +23,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from inferpool.engine.client import request_id
 from inferpool.service.apierror import error_body_for
 from inferpool.service.frontdoor import Activity, echoable_request_id, request_ids, shed_message
+from inferpool.service.http.protocol import CLIENT_LEFT
 from inferpool.service.telemetry.metrics import Metrics
 from inferpool.service.telemetry.observe import INFERENCE, Observer
 
@@ -124,7 +125,7 @@ class RequestContext:
         finally:
             if not answered:
                 self.activity.active -= counted
-                if gone:
+                if gone or CLIENT_LEFT in scope:
                     status = CLIENT_CLOSED  # nobody to answer: not a server error
             # The route template, never the raw path: raw paths would be unbounded labels.
             route = getattr(scope.get("route"), "path", "unmatched")

@@ -12,7 +12,12 @@ a task forever. Here:
 - beyond ``max_connections`` open connections, a new one gets a 503 with ``Retry-After`` and
   is closed at once, before anything of it is parsed;
 - a request the HTTP parser rejects (a malformed ``Content-Length``, a broken request line)
-  gets its 400 as JSON, like every other error, not uvicorn's plain text.
+  gets its 400 as JSON, like every other error, not uvicorn's plain text;
+- a hot route's request whose client closes the connection before its answer is cancelled
+  (uvicorn only tells an app that calls ``receive()`` again): one still queued for the engine is
+  dropped, not run for nobody (counted 499 and in ``inferpool_abandoned_requests_total``). A
+  client that gave up, or a load generator's abandoned warm-up, would otherwise hold the cores
+  for every request it left behind.
 
 And two things for speed: plain ``/predict`` and v2 infer requests skip ASGI
 (service/http/lane.py), and an answer's head and body leave in one write (``OneWriteTransport``).
@@ -27,7 +32,7 @@ import asyncio
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from inferpool.service.apierror import closing_error
 
@@ -41,6 +46,20 @@ JOIN_BYTES = 64 * 1024
 
 ONE_WRITE = "inferpool.one_write"
 """Scope key: the request's ``OneWriteTransport``, for a route that sends its whole answer at once."""
+ANSWERING = "inferpool.answering"
+"""Scope key: the task answering a hot route's request (service/http/rawasgi.py), cancelled if its
+client leaves first. Only those routes set it: a model load must not stop halfway because its
+caller left."""
+CLIENT_LEFT = "inferpool.client_left"
+"""Scope key, set just before that cancel: the route ends quietly and the request counts 499."""
+
+
+def abandon(scope: dict[str, Any]) -> None:
+    """Cancel the task answering ``scope``'s request, if it is a hot route's and still running."""
+    task: asyncio.Task[None] | None = scope.get(ANSWERING)
+    if task is not None and not task.done():
+        scope[CLIENT_LEFT] = True
+        task.cancel()
 
 
 class OneWriteTransport:
@@ -128,6 +147,11 @@ def guarded_protocol(read_timeout: float, max_connections: int) -> type[asyncio.
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
             super().connection_lost(exc)
+            cycle = self.cycle
+            # uvicorn marks only a cycle whose answer is not complete; a lane request sees the same
+            # mark in its own message_event (service/http/lane.py).
+            if type(cycle) is RequestResponseCycle and cycle.disconnected:
+                abandon(cycle.scope)  # type: ignore[arg-type]
 
         def data_received(self, data: bytes) -> None:
             if self._headers_in and self._due is not None:

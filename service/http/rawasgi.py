@@ -8,6 +8,7 @@ themselves, and turn errors into answers in place, from the one table in service
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 
 from starlette.types import Receive, Scope, Send
@@ -16,7 +17,7 @@ from inferpool.service.errors import ErrorAnswer, answer_for, unexpected
 from inferpool.service.frontdoor import FrontDoor
 from inferpool.service.http.codec import Disconnected
 from inferpool.service.http.middleware import STARTED, header_map
-from inferpool.service.http.protocol import ONE_WRITE
+from inferpool.service.http.protocol import ANSWERING, CLIENT_LEFT, ONE_WRITE
 from inferpool.service.telemetry.metrics import Inference
 from inferpool.service.telemetry.observe import INFERENCE
 
@@ -82,7 +83,8 @@ def server_timing(started: float | None, inference: Inference) -> tuple[bytes, b
 class RawRoute:
     """A hot route's raw ASGI handler: ``answer`` decodes the request, hands it to the front
     door and encodes the 200; every exception becomes its JSON error here, and a client that
-    left before its body arrived gets nothing."""
+    left before its answer gets nothing (once its body is in, the server's protocol cancels the
+    request: service/http/protocol.py)."""
 
     def __init__(self, door: FrontDoor) -> None:
         self.door = door
@@ -93,11 +95,17 @@ class RawRoute:
         raise NotImplementedError
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        task = scope[ANSWERING] = asyncio.current_task()
         try:
-            body, content_type, extra = await self.answer(scope, receive)
-        except Disconnected:
-            return
-        except Exception as exc:  # noqa: BLE001 -- unexpected() logs the traceback
-            await send_error(scope, send, answer_for(exc, self.metrics) or unexpected(scope, self.metrics))
-            return
-        await send_answer(scope, send, 200, body, content_type, extra)
+            try:
+                body, content_type, extra = await self.answer(scope, receive)
+            except Disconnected:
+                return
+            except Exception as exc:  # noqa: BLE001 -- unexpected() logs the traceback
+                await send_error(scope, send, answer_for(exc, self.metrics) or unexpected(scope, self.metrics))
+                return
+            await send_answer(scope, send, 200, body, content_type, extra)
+        except asyncio.CancelledError:
+            if not scope.get(CLIENT_LEFT) or task is None:
+                raise  # a shutdown's, past its grace
+            task.uncancel()  # ours, for a client that left: nobody to answer, nothing to log

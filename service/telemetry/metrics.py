@@ -146,6 +146,8 @@ class Metrics:
         self.worker_replacements = Counter(*restarted, MODEL_LABELS, registry=r)
         wide = "inferpool_wide_lane_calls", "Model calls that ran alone in the pod on every core (the wide lane)."
         self.wide_lane_calls = Counter(*wide, MODEL_LABELS, registry=r)
+        dropped = "inferpool_abandoned_requests", "Requests dropped unrun: their client left or their deadline passed."
+        self.abandoned_requests = Counter(*dropped, MODEL_LABELS, registry=r)
         self._seen_replacements: dict[tuple[str, Labels], int] = {}
         self._refreshed: dict[Labels, float] = {}
         self.in_flight = gauge("inferpool_inflight_requests", "Requests accepted and not yet answered.")
@@ -222,6 +224,7 @@ class Metrics:
             self._count_up(self.runtime_replacements, labels, stats.replaced_runtimes)
             self._count_up(self.worker_replacements, labels, stats.replaced_workers)
             self._count_up(self.wide_lane_calls, labels, stats.wide_calls)
+            self._count_up(self.abandoned_requests, labels, stats.abandoned)
             if self._door is not None:
                 inside, limit = self._door()
                 self.door_requests.set(inside)

@@ -23,18 +23,28 @@ CALL_SECONDS = 0.02
 class Sleepy(torch.nn.Module):
     """The digits CNN, 20 ms slower per call: keeps requests in flight for drain tests."""
 
-    def __init__(self) -> None:
+    def __init__(self, seconds: float = CALL_SECONDS) -> None:
         super().__init__()
         self.digits = build_digits().module
+        self.seconds = seconds
 
     def forward(self, image: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        time.sleep(CALL_SECONDS)
+        time.sleep(self.seconds)
         return self.digits(image)
 
 
 def slow_calls() -> ModelSpec:
     spec = build_digits()
     return ModelSpec(Sleepy(), spec.example_inputs, spec.output_names, name="digits")
+
+
+QUEUED_CALL_SECONDS = 0.2
+
+
+def queued_calls() -> ModelSpec:
+    """The digits CNN at 200 ms a call: requests wait in its queue long enough to watch them there."""
+    spec = build_digits()
+    return ModelSpec(Sleepy(QUEUED_CALL_SECONDS), spec.example_inputs, spec.output_names, name="digits")
 
 
 class Late(torch.nn.Module):
