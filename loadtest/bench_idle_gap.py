@@ -15,7 +15,7 @@ import statistics
 import time
 
 from inferpool.engine import RuntimeOptions, ServedModel
-from loadtest.workloads import WORKLOADS, _inputs
+from loadtest.workloads import WORKLOADS, request_arrays
 
 GAPS = (0.0, 0.0005, 0.001, 0.003)
 
@@ -30,7 +30,7 @@ def main() -> None:
     workload = WORKLOADS[args.workload]
     engine = {**dict(workload.engine), "warmup_iters": 1, "intra_op_threads": args.threads, "num_runtimes": 1}
     model = ServedModel.load(workload.source, RuntimeOptions(**engine, lend_idle_cores="off"), handler=workload.handler)
-    arrays = _inputs(model, workload)
+    arrays = request_arrays(model, workload)
 
     def median_ms(gap: float) -> float:
         times = []

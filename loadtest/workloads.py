@@ -101,7 +101,7 @@ def variants_for(name: str) -> list[Variant]:
     return found
 
 
-def _inputs(model: Any, workload: Workload) -> Mapping[str, Any]:
+def request_arrays(model: Any, workload: Workload) -> Mapping[str, Any]:
     """The arrays one request's payload becomes (through the handler, for text)."""
     if workload.peer == "resnet50":
         return {"image": IMAGE}
@@ -111,7 +111,7 @@ def _inputs(model: Any, workload: Workload) -> Mapping[str, Any]:
     return dict(model.module.examples(1))
 
 
-def _rate(call: Callable[[], object], seconds: float, threads: int = 1) -> float:
+def calls_per_second(call: Callable[[], object], seconds: float, threads: int = 1) -> float:
     """Calls per second of ``call`` on ``threads`` threads at once."""
     counts = [0] * threads
     stop = time.perf_counter() + seconds
@@ -130,26 +130,42 @@ def _rate(call: Callable[[], object], seconds: float, threads: int = 1) -> float
     return sum(counts) / (time.perf_counter() - started)
 
 
-def limits(workload: Workload, seconds: float) -> dict[str, Any]:
-    """Requests/s of the bare engine (on the backend and precision the defaults serve it with), in
-    this process and without HTTP: one stream on every core, and every core busy with
-    single-thread runtimes."""
-    from inferpool.engine import RuntimeOptions, ServedModel  # torch: only for the limit
-    from inferpool.engine.threads import usable_cpus
+class BareEngine:
+    """The workload's model with no server around it, on the backend and precision the defaults
+    serve it with, in this process: the physical limit, in its two settings."""
 
-    cpus = usable_cpus()
-    engine = {**dict(workload.engine), "warmup_iters": 1}
-    options = RuntimeOptions(**{**engine, "lend_idle_cores": "off"})
-    wide = ServedModel.load(
-        workload.source, RuntimeOptions(**{**engine, "intra_op_threads": cpus, "num_runtimes": 1}),
-        handler=workload.handler,
-    )  # fmt: skip
-    arrays = _inputs(wide, workload)
-    one_stream = _rate(lambda: wide.call(arrays), seconds)
-    wide.close()
-    narrow = ServedModel.load(workload.source, options, handler=workload.handler)
-    every_core = _rate(lambda: narrow.call(arrays), seconds, threads=cpus)
-    narrow.close()
+    def __init__(self, workload: Workload) -> None:
+        from inferpool.engine import RuntimeOptions, ServedModel  # torch: only for the limit
+        from inferpool.engine.threads import usable_cpus
+
+        self.cpus = usable_cpus()
+        engine = {**dict(workload.engine), "warmup_iters": 1, "lend_idle_cores": "off"}
+        wide = RuntimeOptions(**{**engine, "intra_op_threads": self.cpus, "num_runtimes": 1})
+        self.wide = ServedModel.load(workload.source, wide, handler=workload.handler)
+        self.narrow = ServedModel.load(workload.source, RuntimeOptions(**engine), handler=workload.handler)
+        self.arrays = request_arrays(self.wide, workload)
+
+    def one_stream(self, seconds: float) -> float:
+        """Requests/s of one stream of calls on a runtime as wide as the machine."""
+        return calls_per_second(lambda: self.wide.call(self.arrays), seconds)
+
+    def every_core(self, seconds: float) -> float:
+        """Requests/s with every core busy, a single-thread runtime each."""
+        return calls_per_second(lambda: self.narrow.call(self.arrays), seconds, threads=self.cpus)
+
+    def close(self) -> None:
+        self.wide.close()
+        self.narrow.close()
+
+
+def limits(workload: Workload, seconds: float) -> dict[str, Any]:
+    """Requests/s of the bare engine (``BareEngine``): one stream on every core, and every core
+    busy with single-thread runtimes."""
+    bare = BareEngine(workload)
+    try:
+        one_stream, every_core = bare.one_stream(seconds), bare.every_core(seconds)
+    finally:
+        bare.close()
     shown = ("backend", "precision")  # what sets the rate; the thread settings are the limit's own
     described = ", ".join(str(value) for key, value in workload.engine if key in shown)
     return {"one_stream": round(one_stream, 1), "every_core": round(every_core, 1), "engine": described}

@@ -184,6 +184,13 @@ def guarded_protocol(read_timeout: float, max_connections: int) -> type[asyncio.
         def on_message_complete(self) -> None:
             self._due = None  # the request is in; uvicorn's keep-alive timer takes over after it
             super().on_message_complete()
+            # uvicorn pauses reading while a body over 64 KiB waits for the app's receive(), and
+            # resumes only at the next receive() or once the answer is out: a client that leaves
+            # meanwhile would go unseen, its request run for nobody. With the body all in, what
+            # can come next is its EOF or a pipelined request (which uvicorn queues and pauses on;
+            # behind one already queued, reading stays paused until the answers go out).
+            if not self.pipeline:
+                self.flow.resume_reading()
 
         def send_400_response(self, msg: str) -> None:
             self._disarm()

@@ -1,0 +1,102 @@
+"""The served rate against the bare engine's, in windows that alternate, for a machine whose speed
+moves under the run (another tenant on the host: this VM's bare ResNet-50 rate fell from 24 to
+13.5 img/s for 8 s and came back, docs/BENCHMARKS.md).
+
+    python -m loadtest.paired [--workload resnet50] [--concurrency 1,4,16] [--windows 8]
+                              [--seconds 4] [--out DIR] [-- extra serve flags]
+
+One InferPool server with no flags (the workload's own, as ``loadtest.compare`` starts it) and
+the bare engine in this process (``loadtest.workloads.BareEngine``'s two settings: one stream on every
+core for one connection, every core busy with single-thread runtimes for more). Per concurrency:
+a warm-up, then bare, served, bare, served, ..., bare, each ``--seconds`` long; each served
+window is held to the mean of the bare windows either side of it. A pair whose two bare windows
+differ by more than ``STEADY`` is marked: the machine changed within it, and its ratio says
+nothing about the server. Prints Markdown; writes ``windows.json`` to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from inferpool.harness.payloads import PAYLOADS
+from inferpool.harness.server import inferpool_serve, launch
+from loadtest import wrk
+from loadtest.workloads import WORKLOADS, BareEngine
+
+STEADY = 0.10
+"""Most the two bare windows around a served one may differ (relative to their mean)."""
+
+
+def pairs(bare: list[float], served: list[float]) -> list[dict[str, Any]]:
+    """Each served window beside the mean of the bare windows either side of it."""
+    found = []
+    for index, rate in enumerate(served):
+        before, after = bare[index], bare[index + 1]
+        mean = (before + after) / 2
+        found.append({
+            "served": round(rate, 2), "bare_before": round(before, 2), "bare_after": round(after, 2),
+            "ratio": round(rate / mean, 3), "steady": abs(before - after) / mean <= STEADY,
+        })  # fmt: skip
+    return found
+
+
+def summary(concurrency: int, found: list[dict[str, Any]]) -> str:
+    steady = [p["ratio"] for p in found if p["steady"]]
+    shown = " / ".join(f"{p['ratio']:.2f}" + ("" if p["steady"] else "*") for p in found)
+    if not steady:
+        return f"| {concurrency} | {shown} | no steady pair | | |"
+    middle, lowest = statistics.median(steady), min(steady)
+    return f"| {concurrency} | {shown} | {len(steady)} of {len(found)} | {middle:.2f} | {lowest:.2f} |"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workload", default="resnet50", choices=sorted(WORKLOADS))
+    parser.add_argument("--concurrency", default=None, help="default: the workload's own")
+    parser.add_argument("--windows", type=int, default=8, help="served windows per concurrency")
+    parser.add_argument("--seconds", type=float, default=4.0)
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("extra", nargs="*", help="more serve flags, after --")
+    args = parser.parse_args()
+    workload = WORKLOADS[args.workload]
+    levels = [int(c) for c in args.concurrency.split(",")] if args.concurrency else list(workload.concurrency)
+    out = args.out or Path(tempfile.mkdtemp(prefix="paired-"))
+    out.mkdir(parents=True, exist_ok=True)
+    payload = PAYLOADS[workload.payload_name]()
+    bare_engine = BareEngine(workload)
+    results: dict[int, list[dict[str, Any]]] = {}
+    try:
+        with launch(inferpool_serve(*workload.args, *args.extra), out, name="InferPool defaults") as server:
+            pid = server.process.pid
+            for concurrency in levels:
+                measure_bare = bare_engine.one_stream if concurrency == 1 else bare_engine.every_core
+
+                def served(seconds: float, warmup: float = 0.0, c: int = concurrency) -> float:
+                    run = wrk.run_one(server.url, payload, c, duration=seconds, warmup=warmup, label="served",
+                                      server_pid=pid, scratch=out)  # fmt: skip
+                    return float(run["achieved_rps"])
+
+                served(2.0, warmup=2.0)
+                bare, rates = [measure_bare(args.seconds)], []
+                for _ in range(args.windows):
+                    rates.append(served(args.seconds))
+                    bare.append(measure_bare(args.seconds))
+                results[concurrency] = pairs(bare, rates)
+                print(summary(concurrency, results[concurrency]), flush=True)
+    finally:
+        bare_engine.close()
+    (out / "windows.json").write_text(json.dumps({str(c): p for c, p in results.items()}, indent=1))
+    print(f"\n{args.workload}: served / bare by window (* the machine changed by over {STEADY:.0%} within the pair)")
+    print("| connections | each window | steady pairs | median | lowest steady |\n|---|---|---|---|---|")
+    for concurrency, found in results.items():
+        print(summary(concurrency, found))
+    print(json.dumps({"windows": str(out / "windows.json")}))
+
+
+if __name__ == "__main__":
+    main()
