@@ -11,7 +11,9 @@ core for one connection, every core busy with single-thread runtimes for more). 
 a warm-up, then bare, served, bare, served, ..., bare, each ``--seconds`` long; each served
 window is held to the mean of the bare windows either side of it. A pair whose two bare windows
 differ by more than ``STEADY`` is marked: the machine changed within it, and its ratio says
-nothing about the server. Prints Markdown; writes ``windows.json`` to ``--out``.
+nothing about the server. ``--against-itself`` measures the bare engine in the served windows
+too: how far a window strays from its neighbours with no server at all (the floor any "every
+window ≥ x" goal meets on this machine). Prints Markdown; writes ``windows.json`` to ``--out``.
 """
 
 from __future__ import annotations
@@ -20,16 +22,29 @@ import argparse
 import json
 import statistics
 import tempfile
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from inferpool.harness.payloads import PAYLOADS
+from inferpool.harness.payloads import PAYLOADS, Payload
 from inferpool.harness.server import inferpool_serve, launch
 from loadtest import wrk
 from loadtest.workloads import WORKLOADS, BareEngine
 
+Rate = Callable[[float], float]
+"""Requests/s over a number of seconds."""
 STEADY = 0.10
 """Most the two bare windows around a served one may differ (relative to their mean)."""
+
+
+def served_window(
+    url: str, pid: int, payload: Payload, scratch: Path, concurrency: int, seconds: float, warmup: float = 0.0
+) -> float:
+    """Requests/s of one wrk run against the server (its own connections, opened anew)."""
+    run = wrk.run_one(url, payload, concurrency, duration=seconds, warmup=warmup, label="served", server_pid=pid,
+                      scratch=scratch)  # fmt: skip
+    return float(run["achieved_rps"])
 
 
 def pairs(bare: list[float], served: list[float]) -> list[dict[str, Any]]:
@@ -61,6 +76,8 @@ def main() -> None:
     parser.add_argument("--windows", type=int, default=8, help="served windows per concurrency")
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--out", type=Path, default=None)
+    floor = "the bare engine in the served windows too: the floor the machine's noise sets"
+    parser.add_argument("--against-itself", action="store_true", help=floor)
     parser.add_argument("extra", nargs="*", help="more serve flags, after --")
     args = parser.parse_args()
     workload = WORKLOADS[args.workload]
@@ -74,18 +91,15 @@ def main() -> None:
         with launch(inferpool_serve(*workload.args, *args.extra), out, name="InferPool defaults") as server:
             pid = server.process.pid
             for concurrency in levels:
-                measure_bare = bare_engine.one_stream if concurrency == 1 else bare_engine.every_core
-
-                def served(seconds: float, warmup: float = 0.0, c: int = concurrency) -> float:
-                    run = wrk.run_one(server.url, payload, c, duration=seconds, warmup=warmup, label="served",
-                                      server_pid=pid, scratch=out)  # fmt: skip
-                    return float(run["achieved_rps"])
-
-                served(2.0, warmup=2.0)
-                bare, rates = [measure_bare(args.seconds)], []
+                bare_rate = bare_engine.one_stream if concurrency == 1 else bare_engine.every_core
+                served_rate: Rate = partial(served_window, server.url, pid, payload, out, concurrency)
+                served_rate(2.0)  # a warm-up: every window after it opens its own connections anew
+                if args.against_itself:
+                    served_rate = bare_rate
+                bare, rates = [bare_rate(args.seconds)], []
                 for _ in range(args.windows):
-                    rates.append(served(args.seconds))
-                    bare.append(measure_bare(args.seconds))
+                    rates.append(served_rate(args.seconds))
+                    bare.append(bare_rate(args.seconds))
                 results[concurrency] = pairs(bare, rates)
                 print(summary(concurrency, results[concurrency]), flush=True)
     finally:
