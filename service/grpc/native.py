@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import logging
 import threading
 import time
@@ -193,7 +194,10 @@ class NativeFrontEnd:
                     call = self._call(front, call_id, method_id, payload, context, request)
                 else:
                     call = self._health(front, call_id, method_id - len(self._served), payload)
-                self._tasks[call_id] = create_task(call)
+                task = self._tasks[call_id] = create_task(call)
+                # Not the coroutine's own finally: a call and its cancel in one batch cancel the
+                # task before its first step, and its finally never runs.
+                task.add_done_callback(functools.partial(self._ended, call_id))
 
     def _infer_now(self, front: NativeGrpcFront, call_id: int, payload: bytes, context: Context) -> Any:
         """A ModelInfer answered now, in the batch (no task), when its model runs inline
@@ -244,10 +248,10 @@ class NativeFrontEnd:
         except Exception:  # the wrapper answers every error: this is a bug, answered as one
             log.exception("unhandled error in gRPC %s", name)
             front.fail(call_id, grpc.StatusCode.INTERNAL.value[0], INTERNAL)
-        finally:
-            self._ended(call_id)
 
-    def _ended(self, call_id: int) -> None:
+    def _ended(self, call_id: int, _: object) -> None:
+        """A call's task is over (its done-callback): forgotten, and a retiring front closes
+        once the last one is."""
         self._tasks.pop(call_id, None)
         self._deadlines.pop(call_id, None)
         if self._retiring and not self._tasks:
@@ -284,7 +288,6 @@ class NativeFrontEnd:
             front.fail(call_id, grpc.StatusCode.INTERNAL.value[0], INTERNAL)
         finally:
             self._watchers.discard(call_id)
-            self._ended(call_id)
 
     def _status(self) -> int:
         return SERVING if self.host.status.ready and not self._refusing else NOT_SERVING

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import logging
 import re
 import time
@@ -249,6 +250,7 @@ class Lane:
                 task = request.task = asyncio.get_running_loop().create_task(self._answer_later(request, served, call))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
+                task.add_done_callback(functools.partial(self._ended, request))
                 return
             encoded, inference = handler.door.infer_inline(
                 served, call.inputs, call.encode, call.decoded, received=request.started, parsed=time.perf_counter(),
@@ -271,10 +273,14 @@ class Lane:
         except Exception as exc:  # noqa: BLE001 -- unexpected() logs the traceback
             self._error(request, exc)
             return
-        except BaseException:  # cancelled: its client left, or a shutdown past its grace (as the ASGI path counts it)
-            self._done(request, CLIENT_CLOSED if request.disconnected else 500, None)
-            raise
         self._send(request, 200, answer, inference)
+
+    def _ended(self, request: LaneRequest, _: object) -> None:
+        """Its task is over: counted out if it never answered. Cancelled (its client left, or a
+        shutdown past its grace), counted as the ASGI path counts it; a task cancelled before its
+        first step never ran its own code, so this is the one place that sees every end."""
+        if not request.response_complete:
+            self._done(request, CLIENT_CLOSED if request.disconnected else 500, None)
 
     def _error(self, request: LaneRequest, exc: Exception) -> None:
         if isinstance(exc, Disconnected):

@@ -125,8 +125,10 @@ class RequestContext:
         finally:
             if not answered:
                 self.activity.active -= counted
-                if gone or CLIENT_LEFT in scope:
+                if gone:
                     status = CLIENT_CLOSED  # nobody to answer: not a server error
+            if CLIENT_LEFT in scope:  # cancelled for a client that left, even halfway through its answer
+                status = CLIENT_CLOSED
             # The route template, never the raw path: raw paths would be unbounded labels.
             route = getattr(scope.get("route"), "path", "unmatched")
             ended = time.perf_counter()

@@ -106,6 +106,7 @@ class RawRoute:
                 return
             await send_answer(scope, send, 200, body, content_type, extra)
         except asyncio.CancelledError:
-            if not scope.get(CLIENT_LEFT) or task is None:
-                raise  # a shutdown's, past its grace
-            task.uncancel()  # ours, for a client that left: nobody to answer, nothing to log
+            # Ours, for a client that left: nobody to answer, nothing to log. Another cancel beside
+            # it (a shutdown past its grace) still ends the task as it did.
+            if not scope.get(CLIENT_LEFT) or task is None or task.uncancel() > 0:
+                raise

@@ -38,11 +38,11 @@ def slow_calls() -> ModelSpec:
     return ModelSpec(Sleepy(), spec.example_inputs, spec.output_names, name="digits")
 
 
-QUEUED_CALL_SECONDS = 0.2
+QUEUED_CALL_SECONDS = 0.5
 
 
 def queued_calls() -> ModelSpec:
-    """The digits CNN at 200 ms a call: requests wait in its queue long enough to watch them there."""
+    """The digits CNN at 500 ms a call: requests wait in its queue long enough to watch them there."""
     spec = build_digits()
     return ModelSpec(Sleepy(QUEUED_CALL_SECONDS), spec.example_inputs, spec.output_names, name="digits")
 
