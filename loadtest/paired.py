@@ -38,11 +38,9 @@ STEADY = 0.10
 """Most the two bare windows around a served one may differ (relative to their mean)."""
 
 
-def served_window(
-    url: str, pid: int, payload: Payload, scratch: Path, concurrency: int, seconds: float, warmup: float = 0.0
-) -> float:
+def served_window(url: str, pid: int, payload: Payload, scratch: Path, concurrency: int, seconds: float) -> float:
     """Requests/s of one wrk run against the server (its own connections, opened anew)."""
-    run = wrk.run_one(url, payload, concurrency, duration=seconds, warmup=warmup, label="served", server_pid=pid,
+    run = wrk.run_one(url, payload, concurrency, duration=seconds, warmup=0.0, label="served", server_pid=pid,
                       scratch=scratch)  # fmt: skip
     return float(run["achieved_rps"])
 
