@@ -119,6 +119,9 @@ class ModelStats:
     abandoned: int = 0
     """Requests dropped unrun because their caller had stopped waiting: its client left or its
     deadline passed while it was queued (running total)."""
+    stopped_calls: int = 0
+    """Model calls stopped midway because every request in them had stopped waiting (running
+    total; inferpool.engine.call_stop)."""
 
     @property
     def queued(self) -> int:

@@ -83,9 +83,15 @@ class PredictedWaitExceeded(Overloaded):
 
 class DeadlineExceeded(EngineError):
     """The request's deadline passed: while queued (it never ran) or while running (the
-    caller stopped waiting; the run finished in the background)."""
+    caller stopped waiting; the call was stopped where its backend can stop one, else it
+    finished in the background)."""
 
     reason = "deadline"
+
+
+class CallStopped(DeadlineExceeded):
+    """A model call stopped midway because every request in it had stopped waiting
+    (inferpool.engine.call_stop). Nobody is left to hear it: a 504 should it ever reach one."""
 
 
 class DeadlineBelowFloor(DeadlineExceeded):

@@ -10,7 +10,8 @@ same stages and answer with the same ``Prediction``:
 - ``prepare`` (per request, on the thread that will run it): refuse it if its caller left or
   its deadline passed, run the handler's preprocess, check the inputs against the schema.
 - ``execute`` (per batch): concatenate, one model call, then ``finish`` each request's rows:
-  NaN/inf check, the handler's postprocess, one sample back without its batch dimension.
+  NaN/inf check, the handler's postprocess, one sample back without its batch dimension. The
+  call can be stopped midway once none of its callers waits (inferpool.engine.call_stop).
 - ``release``: give the request's place in admission control back, exactly once.
 
 ``inline`` runs all of it for the inline executor, on the event loop, in one go: there a call
@@ -36,7 +37,9 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from inferpool.engine.admission import Admission, SampleCount
+from inferpool.engine.call_stop import CallStop, running
 from inferpool.engine.errors import (
+    CallStopped,
     DeadlineBelowFloor,
     DeadlineExceeded,
     EngineError,
@@ -81,6 +84,9 @@ class Pipeline:
         self.abandoned = 0
         """Requests dropped before they ran because their caller had stopped waiting (its client
         left, its deadline passed): a running total, for metrics."""
+        self.stopped = 0
+        """Model calls stopped midway because every request in them had stopped waiting
+        (inferpool.engine.call_stop): a running total, for metrics."""
         self._abandoned_lock = threading.Lock()  # worker threads count; a lost += would undercount
         self.floor: DeadlineFloor | None = None
         """The model's deadline floor per sample count, once measured (inferpool.engine.deadline_floor)."""
@@ -209,6 +215,12 @@ class Pipeline:
         dispatched = time.monotonic()
         rows = sum(w.rows for w in batch)
         token = request_id.set(batch[0].request_id if len(batch) == 1 else ",".join(w.request_id for w in batch))
+        switch = None
+        if batch[0].future is not None:  # callers that can leave mid-call (an event loop's tasks)
+            switch = CallStop(batch)
+            for work in batch:
+                work.stop = switch
+            running(switch)
         try:
             if len(batch) == 1:
                 arrays = batch[0].arrays
@@ -220,12 +232,20 @@ class Pipeline:
                     f"the model returned {[out.shape for out in outputs.values()]} for a batch of {rows}; batching "
                     "needs every output's dimension 0 to be the batch: set max_batch_size=1 for this model"
                 )
+        except CallStopped as exc:  # nobody waits for these answers: nothing to copy or log
+            with self._abandoned_lock:
+                self.stopped += 1
+            return [exc for _ in batch], None
         except Exception as exc:  # noqa: BLE001 -- every request of the batch gets it
             return [_copy_error(exc) for _ in batch], None
         except BaseException as exc:  # noqa: BLE001 -- SystemExit & co: answer the batch, end the thread
             return [worker_died(exc) for _ in batch], exc
         finally:
             request_id.reset(token)
+            if switch is not None:
+                running(None)
+                for work in batch:
+                    work.stop = None
         finished = time.monotonic()
         timing = (dispatched, finished, rows, formed)
         if len(batch) == 1:

@@ -13,8 +13,12 @@ from collections.abc import Callable, Iterable, Mapping
 from contextlib import suppress
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from inferpool.engine.schema import Array
+
+if TYPE_CHECKING:
+    from inferpool.engine.call_stop import CallStop
 
 request_id: ContextVar[str] = ContextVar("request_id", default="-")
 """The id of the request the current code works for, for log lines (front ends set it; the
@@ -71,6 +75,7 @@ class Work:
         "request_id",
         "rows",
         "single",
+        "stop",
         "validate",
     )
 
@@ -89,12 +94,21 @@ class Work:
         # Set by executors that answer from another thread.
         self.future: asyncio.Future[Prediction] | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.stop: CallStop | None = None
+        """The running call's stop switch, while a stoppable call runs it (inferpool.engine.call_stop)."""
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[Prediction]:
         """A future on ``loop`` for an answer that will come from another thread."""
         self.loop = loop
         self.future = loop.create_future()
         return self.future
+
+    def left(self) -> None:
+        """Its caller stopped waiting (on the event loop): the call running it stops if it can and
+        nobody else waits for it."""
+        stop = self.stop
+        if stop is not None:
+            stop.pull()
 
 
 def answer(outcome: Outcome) -> Prediction:

@@ -272,6 +272,7 @@ class ServedModel:
             accepting=self.accepting,
             wide_calls=0 if self.runtimes.wide is None else self.runtimes.wide.calls,
             abandoned=self.pipeline.abandoned,
+            stopped_calls=self.pipeline.stopped,
         )
 
     @property

@@ -151,7 +151,11 @@ class QueuedWorkers:
     async def run(self, work: Work) -> Prediction:
         future = work.attach(asyncio.get_running_loop())
         self._queue.put(work)
-        return await future
+        try:
+            return await future
+        except asyncio.CancelledError:  # its client left, or its deadline passed (asyncio.timeout)
+            work.left()
+            raise
 
     def close(self, timeout: float = 5.0) -> None:
         """Run what is queued, then stop; what the threads could not reach in ``timeout`` is

@@ -148,6 +148,8 @@ class Metrics:
         self.wide_lane_calls = Counter(*wide, MODEL_LABELS, registry=r)
         dropped = "inferpool_abandoned_requests", "Requests dropped unrun: their client left or their deadline passed."
         self.abandoned_requests = Counter(*dropped, MODEL_LABELS, registry=r)
+        stopped = "inferpool_stopped_calls", "Model calls stopped midway: every request in them had stopped waiting."
+        self.stopped_calls = Counter(*stopped, MODEL_LABELS, registry=r)
         self._seen_replacements: dict[tuple[str, Labels], int] = {}
         self._refreshed: dict[Labels, float] = {}
         self.in_flight = gauge("inferpool_inflight_requests", "Requests accepted and not yet answered.")
@@ -225,6 +227,7 @@ class Metrics:
             self._count_up(self.worker_replacements, labels, stats.replaced_workers)
             self._count_up(self.wide_lane_calls, labels, stats.wide_calls)
             self._count_up(self.abandoned_requests, labels, stats.abandoned)
+            self._count_up(self.stopped_calls, labels, stats.stopped_calls)
             if self._door is not None:
                 inside, limit = self._door()
                 self.door_requests.set(inside)

@@ -86,3 +86,31 @@ class PerSample(torch.nn.Module):
 def per_sample_calls() -> ModelSpec:
     spec = build_digits()
     return ModelSpec(PerSample(), spec.example_inputs, spec.output_names, name="digits")
+
+
+MATMULS = 24
+"""Chained 1024 x 1024 matmuls: ~0.3 s a call on one onnxruntime thread here, ~12 ms each."""
+
+
+class MatmulChain(torch.nn.Module):
+    """A long call that onnxruntime can stop between two of its operators (the identity keeps
+    every backend's answer exact, and nothing can fold a product that depends on the input)."""
+
+    start: torch.Tensor
+    step: torch.Tensor
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("start", torch.ones(1024, 1024))
+        self.register_buffer("step", torch.eye(1024))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.start * x.mean()
+        for _ in range(MATMULS):
+            h = h @ self.step
+        return x[:, :4] * h[:1, :4]  # a row per row (the tests send equal rows, so batching changes nothing)
+
+
+def long_calls() -> ModelSpec:
+    """A model whose call takes ~0.3 s on onnxruntime: long enough to watch one be stopped."""
+    return ModelSpec(MatmulChain().eval(), {"x": torch.ones(1, 8)}, ("y",), name="chain")

@@ -17,10 +17,14 @@ Plain ``session.run`` with numpy inputs, not ``run_with_iobinding``: binding cos
 calls per request than the copies it saves on tensors as small as a request's (measured slower
 with an IOBinding per runtime and with preallocated output buffers; the figures are in
 docs/BENCHMARKS.md, "Figures moved from the code").
+
+A call whose callers all stopped waiting is stopped between two operators (``terminate`` on the
+call's own RunOptions: inferpool.engine.call_stop).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import weakref
 from collections.abc import Mapping, Sequence
@@ -31,6 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from inferpool.engine import call_stop
 from inferpool.engine.backends.base import Runtime
 from inferpool.engine.backends.onnxruntime.export import (
     KEY_METADATA,
@@ -43,7 +48,7 @@ from inferpool.engine.backends.onnxruntime.export import (
 from inferpool.engine.backends.parity import Tolerance, eager_outputs, first_mismatch
 from inferpool.engine.backends.precision import check_source, serve_precision
 from inferpool.engine.compile_cache import cache_dir
-from inferpool.engine.errors import ModelLoadError
+from inferpool.engine.errors import CallStopped, ModelLoadError
 from inferpool.engine.module import InferenceModule
 from inferpool.engine.onnx_source import onnx_file_session
 from inferpool.engine.options import RuntimeOptions
@@ -209,16 +214,21 @@ class OnnxRuntime(Runtime):
         # for int64: one fallback call a request answered in JSON (the digits label), against a
         # view's 0.2 µs here.
         self._int64_at = [at for at, s in enumerate(module.schema.outputs) if s.dtype == "int64"]
-        ort = require("onnxruntime")
-        self._run_options = self._shrinking = ort.RunOptions()
-        if options.cleanup_activations:
-            # Return the arena's free chunks after a run: a large batch otherwise keeps its
-            # activations resident for the life of the process (docs/BENCHMARKS.md, issue 17).
-            # Only a run of more than one row can grow the arena past what every one-row call
-            # needs again, so only such a run shrinks it: shrinking costs ~1 µs a call, 7 % of a
-            # digits call (sixteenth session).
-            self._shrinking = ort.RunOptions()
-            self._shrinking.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
+        # Return the arena's free chunks after a run: a large batch otherwise keeps its
+        # activations resident for the life of the process (docs/BENCHMARKS.md, issue 17). Only a
+        # run of more than one row can grow the arena past what every one-row call needs again,
+        # so only such a run shrinks it: shrinking costs ~1 µs a call, 7 % of a digits call
+        # (sixteenth session).
+        self._ort = require("onnxruntime")
+        self._cleanup = options.cleanup_activations
+        self._run_options = self._options(shrinking=False)
+        self._shrinking = self._options(shrinking=True)
+
+    def _options(self, *, shrinking: bool) -> Any:
+        options = self._ort.RunOptions()
+        if shrinking and self._cleanup:
+            options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
+        return options
 
     @classmethod
     def compile(cls, module: InferenceModule, options: RuntimeOptions) -> Any:
@@ -269,7 +279,18 @@ class OnnxRuntime(Runtime):
         arrays = {name: inputs[name] for name in self._inputs}
         first = arrays[self._inputs[0]] if self._inputs else None
         batched = first is not None and first.ndim > 0 and first.shape[0] > 1
-        outputs = self.compiled.run(self._outputs, arrays, self._shrinking if batched else self._run_options)
+        options = self._shrinking if batched else self._run_options
+        stop = call_stop.current()
+        if stop is not None:
+            # Options of this call's own (0.3 µs): a stop that comes as it ends reaches no other call.
+            options = self._options(shrinking=batched)
+            stop.arm(functools.partial(setattr, options, "terminate", True))
+        try:
+            outputs = self.compiled.run(self._outputs, arrays, options)
+        except Exception:
+            if stop is not None and options.terminate:  # between two operators, as asked
+                raise CallStopped("every caller of this call stopped waiting") from None
+            raise
         self.calls += 1
         for at in self._int64_at:
             outputs[at] = outputs[at].view(np.int64)

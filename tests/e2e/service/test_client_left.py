@@ -86,3 +86,43 @@ def test_requests_whose_clients_left_are_dropped_unrun(server, padding):
     assert answered.status_code == 200, answered.text
     assert time.monotonic() - started < QUEUED_CALL_SECONDS * (CLIENTS - 2)  # nothing left queued ahead of it
     assert metric_total(scrape(server), "inferpool_door_requests") == 0
+
+
+LONG = (
+    "--model", "tests.support.slow_model:long_calls", "--runtime.backend", "onnxruntime",
+    "--runtime.dispatch", "threads", "--runtime.num-runtimes", "1", "--runtime.intra-op-threads", "1",
+    "--runtime.lend-idle-cores", "off", "--runtime.warmup-iters", "1", "--workers", "1",
+)  # fmt: skip
+CHAIN = b'{"inputs": [[1, 1, 1, 1, 1, 1, 1, 1]]}'
+
+
+@pytest.fixture(scope="module")
+def long_server(tmp_path_factory):
+    with run_server(tmp_path_factory.mktemp("long"), *LONG) as running:
+        wait_ready(running)
+        yield running
+
+
+def test_a_running_call_whose_client_left_is_stopped(long_server):
+    """On onnxruntime the call stops between two operators: the runtime takes the next request
+    at once instead of after the rest of a call for nobody."""
+    with httpx2.Client(base_url=long_server.url, timeout=10) as client:
+        started = time.monotonic()
+        assert client.post("/predict", content=CHAIN).status_code == 200
+        call = time.monotonic() - started
+        before = client.get("/metrics").text
+        host, port = long_server.url.removeprefix("http://").split(":")
+        leaving = socket.create_connection((host, int(port)), timeout=5)
+        head = b"POST /predict HTTP/1.1\r\nhost: test\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
+        leaving.sendall(head % len(CHAIN) + CHAIN)
+        time.sleep(call / 6)  # well inside the call
+        leaving.close()
+        after = wait_for(long_server, "inferpool_stopped_calls_total", 1, timeout=call * 3)
+        assert metric_total(after, "inferpool_stopped_calls_total") == 1, after
+        left = metric_total(after, "inferpool_requests_total", route="/predict", status="499")
+        assert left - metric_total(before, "inferpool_requests_total", route="/predict", status="499") == 1
+        answered = client.post("/predict", content=CHAIN)
+        assert answered.status_code == 200, answered.text
+        assert answered.json()["outputs"]["y"] == [[1.0] * 4]
+        assert metric_total(client.get("/metrics").text, "inferpool_runtimes_busy") == 0
+    assert "Traceback" not in long_server.log.read_text()
