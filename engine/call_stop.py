@@ -49,9 +49,12 @@ class CallStop:
             stop()  # idempotent: a stop for a call that already ended reaches nothing
 
 
-def current() -> CallStop | None:
-    """The stop of the call this thread is about to run (None: nothing can stop it)."""
+def take() -> CallStop | None:
+    """The stop of the call this thread is about to run (None: nothing can stop it), taken once:
+    what the thread runs after it in the same step (a failed runtime's replacement warming up)
+    is not that call and must not be stopped with it."""
     found: CallStop | None = getattr(_thread, "stop", None)
+    _thread.stop = None
     return found
 
 

@@ -217,6 +217,12 @@ class Pipeline:
         token = request_id.set(batch[0].request_id if len(batch) == 1 else ",".join(w.request_id for w in batch))
         switch = None
         if batch[0].future is not None:  # callers that can leave mid-call (an event loop's tasks)
+            if all(work.future is not None and work.future.done() for work in batch):
+                # All left while the batch formed or waited for a runtime: not run at all.
+                with self._abandoned_lock:
+                    self.abandoned += len(batch)
+                request_id.reset(token)
+                return [DeadlineExceeded("the caller stopped waiting") for _ in batch], None
             switch = CallStop(batch)
             for work in batch:
                 work.stop = switch

@@ -280,7 +280,7 @@ class OnnxRuntime(Runtime):
         first = arrays[self._inputs[0]] if self._inputs else None
         batched = first is not None and first.ndim > 0 and first.shape[0] > 1
         options = self._shrinking if batched else self._run_options
-        stop = call_stop.current()
+        stop = call_stop.take()
         if stop is not None:
             # Options of this call's own (0.3 µs): a stop that comes as it ends reaches no other call.
             options = self._options(shrinking=batched)

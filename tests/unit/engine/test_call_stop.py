@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from inferpool.engine.call_stop import CallStop, current, running
+from inferpool.engine.call_stop import CallStop, running, take
 from inferpool.engine.requests import Work
 
 
@@ -65,10 +65,12 @@ def test_a_request_without_a_future_is_never_taken_for_gone():
     assert stops == []
 
 
-def test_the_threads_current_stop_is_set_and_cleared():
+def test_the_threads_stop_is_taken_once():
     switch = CallStop([])
-    assert current() is None
+    assert take() is None
     running(switch)
-    assert current() is switch
+    assert take() is switch
+    assert take() is None  # a second run in the same step is another call
+    running(switch)
     running(None)
-    assert current() is None
+    assert take() is None

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from inferpool.engine import DeadlineExceeded, RuntimeOptions, ServedModel
+from inferpool.engine.requests import Prediction
 
 ONE = [[1.0] * 8]
 SETTINGS: dict[str, Any] = {
@@ -33,12 +34,17 @@ def model(request):
     served.close()
 
 
-def busy_after(model: ServedModel, seconds: float) -> int:
-    """The busy runtimes once they are all idle, or after ``seconds``."""
+def settled(model: ServedModel, stopped: int, seconds: float) -> tuple[int, int]:
+    """(busy runtimes, stopped calls) once no runtime is busy and ``stopped`` calls were
+    stopped, or after ``seconds`` (the lease goes back a moment before the stop is counted)."""
     deadline = time.monotonic() + seconds
-    while model.stats().busy_runtimes and time.monotonic() < deadline:
+    while time.monotonic() < deadline:
+        stats = model.stats()
+        if stats.busy_runtimes == 0 and stats.stopped_calls >= stopped:
+            break
         time.sleep(0.005)
-    return model.stats().busy_runtimes
+    stats = model.stats()
+    return stats.busy_runtimes, stats.stopped_calls
 
 
 def test_a_call_past_its_deadline_stops_and_frees_its_runtime(model, caplog):
@@ -50,8 +56,7 @@ def test_a_call_past_its_deadline_stops_and_frees_its_runtime(model, caplog):
         asyncio.run(model.infer(ONE, time.monotonic() + call / 6))
     # Run to its end, the call would hold the runtime for most of a call more; stopped, it
     # lets go within an operator or two (~12 ms each).
-    assert busy_after(model, call / 3) == 0
-    assert model.stats().stopped_calls == stopped_before + 1
+    assert settled(model, stopped_before + 1, call / 3) == (0, stopped_before + 1)
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
     answered = asyncio.run(model.infer(ONE, None))
     np.testing.assert_array_equal(answered.outputs["y"], [[1.0] * 4])  # the runtime serves on
@@ -68,3 +73,26 @@ def test_a_call_whose_caller_is_still_waiting_is_never_stopped(model):
     answers = asyncio.run(two_callers())
     assert len(answers) == 2
     assert model.stats().stopped_calls == stopped_before
+
+
+def test_a_batch_whose_other_caller_still_waits_runs_on():
+    options = RuntimeOptions(**SETTINGS, max_batch_size=2, max_queue_delay_us=300_000, wait_for_company="on")
+    model = ServedModel.load("tests.support.slow_model:long_calls", options)
+
+    async def one_leaves() -> tuple[Prediction, tuple[Prediction | BaseException]]:
+        staying = asyncio.ensure_future(model.infer(ONE, None))
+        leaving = asyncio.ensure_future(model.infer(ONE, None))
+        while model.stats().busy_runtimes == 0:  # both in one batch of 2, which starts at once
+            await asyncio.sleep(0.005)
+        await asyncio.sleep(0.03)
+        leaving.cancel()
+        return await staying, await asyncio.gather(leaving, return_exceptions=True)
+
+    try:
+        stayed, (left,) = asyncio.run(one_leaves())
+        assert isinstance(left, asyncio.CancelledError)
+        assert stayed.batch_size == 2  # they shared the call that one of them left
+        np.testing.assert_array_equal(stayed.outputs["y"], [[1.0] * 4])
+        assert model.stats().stopped_calls == 0
+    finally:
+        model.close()
