@@ -42,10 +42,14 @@ class CallStop:
         self._stop = stop
         self.pull()
 
+    def nobody_waits(self) -> bool:
+        """Every caller of the call has stopped waiting (a request without a future never has)."""
+        return all(work.future is not None and work.future.done() for work in self._works)
+
     def pull(self) -> None:
         """A caller stopped waiting: stop the call if it is armed and none of its callers waits."""
         stop = self._stop
-        if stop is not None and all(work.future is not None and work.future.done() for work in self._works):
+        if stop is not None and self.nobody_waits():
             stop()  # idempotent: a stop for a call that already ended reaches nothing
 
 

@@ -191,8 +191,7 @@ class Pipeline:
         work.dequeued = now = time.monotonic()
         future = work.future
         if future is not None and future.done():  # a racy read, but only an optimisation
-            with self._abandoned_lock:
-                self.abandoned += 1
+            self._count_abandoned(1)
             return DeadlineExceeded("the caller stopped waiting")
         if work.deadline is not None and now >= work.deadline:
             return DeadlineExceeded("the request's deadline passed while it was queued; it never ran")
@@ -217,13 +216,11 @@ class Pipeline:
         token = request_id.set(batch[0].request_id if len(batch) == 1 else ",".join(w.request_id for w in batch))
         switch = None
         if batch[0].future is not None:  # callers that can leave mid-call (an event loop's tasks)
-            if all(work.future is not None and work.future.done() for work in batch):
-                # All left while the batch formed or waited for a runtime: not run at all.
-                with self._abandoned_lock:
-                    self.abandoned += len(batch)
+            switch = CallStop(batch)
+            if switch.nobody_waits():  # all left while the batch formed or waited for a runtime
+                self._count_abandoned(len(batch))
                 request_id.reset(token)
                 return [DeadlineExceeded("the caller stopped waiting") for _ in batch], None
-            switch = CallStop(batch)
             for work in batch:
                 work.stop = switch
             running(switch)
@@ -250,6 +247,7 @@ class Pipeline:
             request_id.reset(token)
             if switch is not None:
                 running(None)
+                # A late pull then reaches nothing, and no work -> switch -> batch cycle outlives the call.
                 for work in batch:
                     work.stop = None
         finished = time.monotonic()
@@ -276,6 +274,10 @@ class Pipeline:
             return worker_died(exc), exc
         finally:
             self.release(work)
+
+    def _count_abandoned(self, requests: int) -> None:
+        with self._abandoned_lock:
+            self.abandoned += requests
 
     def release(self, work: Work) -> None:
         self.admission.leave(work.estimate)
