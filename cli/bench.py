@@ -131,6 +131,11 @@ def run(settings: Settings, serve_args: list[str], limits: Limits, inputs: objec
     if chosen != plan.options.backend:
         # ``auto`` chose here; the server must serve that same backend, not time its own pick.
         serve_args = [*serve_args, "--runtime.backend", chosen]
+    precision = served.info.precision_selection
+    if plan.options.precision == "auto" and precision is not None:
+        # Likewise the precision ``auto`` chose: bf16 named and strict serves the same build, ungated again.
+        strict = ["--runtime.precision_strict", "true"] if precision["served"] == "bf16" else []
+        serve_args = [*serve_args, "--runtime.precision", precision["served"], *strict]
     ready = limits.ready_timeout
     grpc_target = f"127.0.0.1:{free_port()}"
     served_args = [*serve_args, "--grpc-port", grpc_target.rsplit(":", 1)[1]]
@@ -298,6 +303,7 @@ def _report(
         "dispatch": facts["dispatch"],
         "dispatch_selection": facts.get("dispatch_selection"),
         "auto": served.selection.report() if served.selection.trials else None,
+        "precision": served.info.precision_selection,
         "threads": {
             "server_processes": settings.workers,
             "runtimes": served.plan.runtimes,

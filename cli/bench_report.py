@@ -26,6 +26,14 @@ def summarize(seconds: list[float]) -> dict[str, Any]:
     }
 
 
+def _precision_line(precision: dict[str, Any] | None) -> list[str]:
+    """The precision served and why (``precision = "auto"``, or a gate's verdict)."""
+    if not precision:
+        return []
+    why = precision.get("reason") or (precision["gate"] or {}).get("inputs", "")
+    return [f"precision {precision['served']} (configured: {precision['configured']}){': ' + why if why else ''}"]
+
+
 def format_table(report: dict[str, Any]) -> str:
     threads = report["threads"]
     chosen = report["backend"]
@@ -37,6 +45,7 @@ def format_table(report: dict[str, Any]) -> str:
         f"{threads['intra_op_threads']} intra-op threads, {threads['usable_cpus']} usable CPUs per process, "
         f"{threads['server_processes']} server process(es)",
         *_dispatch_line(report.get("dispatch_selection")),
+        *_precision_line(report.get("precision")),
         "",
         f"{'':<34}{'calls':>7}{'p50 µs':>10}{'p99 µs':>10}   {'overhead p50 / p99 µs':>22}{'x bare p50':>12}",
     ]

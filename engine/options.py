@@ -10,6 +10,7 @@ from pydantic_core import ArgsKwargs
 
 from inferpool.engine.backends import BACKENDS, AotiInterface
 from inferpool.engine.backends.held_out import check_file
+from inferpool.engine.backends.native_bf16 import MODES as NATIVE_BF16_MODES
 from inferpool.engine.executors import DISPATCH_MODES
 
 LEND_MODES = ("auto", "on", "off")
@@ -20,7 +21,7 @@ AUTO_CANDIDATES = ("eager", "static", "onnxruntime")
 """``auto``'s candidates when ``auto_backends`` is (): the ones that compile in about a second
 or less. aoti (tens of seconds on a first compile) and torchscript (deprecated upstream, warns)
 are timed only when listed."""
-PRECISIONS = ("fp32", "int8", "bf16")
+PRECISIONS = ("auto", "fp32", "int8", "bf16")
 INT8_BACKENDS = ("onnxruntime", "openvino")
 BF16_BACKENDS = ("openvino",)
 """Backends that run a model in bfloat16: OpenVINO's CPU plugin, where the CPU has the
@@ -191,15 +192,26 @@ class RuntimeOptions:
     them timed too, or set ``backend`` to the winner once you know it. Ignored unless
     ``backend`` is ``auto``."""
 
-    precision: str = "fp32"
-    """``fp32``; ``int8`` (backends ``onnxruntime`` and ``openvino``, named, not ``auto``): the
-    model's ONNX export quantized (``int8_methods``); or ``bf16`` (backend ``openvino``): the
-    export compiled to run in bfloat16 where the CPU has the instructions. Either is served only
-    if it passes an accuracy gate against fp32 on held-out inputs (``accuracy_min_cosine``,
-    ``accuracy_min_agreement``, ``accuracy_inputs``) and measures faster than fp32 at start-up. One
-    that fails is served in fp32 with a warning naming the measured figures, or refused with
-    ``precision_strict``. The gate's figures are served at ``/v2/models/{name}/config`` and cached
-    with the quantized file (int8) or for the process tree (bf16) (engine/backends/precision.py)."""
+    precision: str = "auto"
+    """``auto`` (the default): fp32, unless the CPU runs bfloat16 natively (``native_bf16``), the
+    fp32 winner's call is long enough for it to matter (1 ms or more: never the digits CNN) and
+    the model compiled in bf16 (OpenVINO's CPU plugin) both passes the accuracy gate against fp32
+    and measures at least 1.2x faster at the served batch; otherwise fp32, and the log and
+    ``/v2/models/{name}/config`` say why. The verdict is cached with the export: a warm start
+    neither gates nor times again (engine/backends/precision_auto.py). ``fp32``: bit-faithful
+    fp32, never anything else. ``int8`` (backends ``onnxruntime`` and ``openvino``, named, not
+    ``auto``): the model's ONNX export quantized (``int8_methods``); it needs real calibration
+    data to be trusted, so it is never chosen for you. ``bf16`` (backend ``openvino``): the export
+    compiled to run in bfloat16, whatever the speed rule says. Asked by name, int8 or bf16 is
+    served only if it passes the accuracy gate (``accuracy_min_cosine``,
+    ``accuracy_min_agreement``, ``accuracy_inputs``) and measures faster than fp32 at start-up;
+    one that fails is served in fp32 with a warning naming the measured figures, or refused with
+    ``precision_strict`` (engine/backends/precision.py)."""
+
+    native_bf16: str = "auto"
+    """Whether ``precision = "auto"`` may try bf16: ``auto`` reads the CPU's flags (AMX-BF16 or
+    AVX-512 BF16), ``off`` says this CPU has none (bf16 is never tried: a fleet of mixed nodes
+    that must choose alike, or a test), ``on`` trusts you where the flags cannot be read."""
 
     int8_methods: tuple[str, ...] = ()
     """``precision = "int8"``: the quantizers to try, of ``dynamic`` (MatMul/Gemm, no calibration)
@@ -246,6 +258,7 @@ class RuntimeOptions:
             "borrow_timeout": (self.borrow_timeout > 0, "use a positive number of seconds"),
             "dispatch": (self.dispatch in DISPATCH_MODES, f"use one of {DISPATCH_MODES}"),
             "lend_idle_cores": (self.lend_idle_cores in LEND_MODES, f"use one of {LEND_MODES}"),
+            "native_bf16": (self.native_bf16 in NATIVE_BF16_MODES, f"use one of {NATIVE_BF16_MODES}"),
             "wait_for_company": (self.wait_for_company in WAIT_MODES, f"use one of {WAIT_MODES}"),
             "max_batch_size": (self.max_batch_size >= 1, "use 1 to turn batching off, or the largest batch to run"),
             "max_queue_delay_us": (
@@ -273,8 +286,9 @@ class RuntimeOptions:
             )
         checks["precision"] = (
             self.precision in PRECISIONS and self.backend in REDUCED_BACKENDS.get(self.precision, (self.backend,)),
-            f"use one of {list(PRECISIONS)}; int8 needs backend {' or '.join(map(repr, INT8_BACKENDS))}, named, "
-            f"and bf16 needs {' or '.join(map(repr, BF16_BACKENDS))} (auto compares backends with eager at each one's "
+            f"use one of {list(PRECISIONS)} (auto: bf16 where it is native, passes the gate and measures faster, "
+            f"else fp32; fp32: always fp32); int8 needs backend {' or '.join(map(repr, INT8_BACKENDS))}, named, "
+            f"and bf16 needs {' or '.join(map(repr, BF16_BACKENDS))} (backend auto compares backends with eager at each one's "
             "float tolerance, which reduced precision is not within)",
         )
         checks["accuracy_min_cosine"] = (-1 <= self.accuracy_min_cosine <= 1, "use a cosine between -1 and 1")

@@ -21,6 +21,7 @@ from inferpool.engine import loading
 from inferpool.engine.admission import Admission, ServiceTimes
 from inferpool.engine.backends.autoselect import resolve_backend
 from inferpool.engine.backends.base import Runtime
+from inferpool.engine.backends.precision_choice import precision_choice
 from inferpool.engine.client import ModelInfo, ModelStats
 from inferpool.engine.deadline_floor import DeadlineFloor
 from inferpool.engine.errors import NotReady
@@ -249,9 +250,6 @@ class ServedModel:
     def _precision_selection(self) -> dict[str, Any] | None:
         if self.options.precision == "fp32":
             return None
-        # Imported here: the precision module (and the exporter it imports) only for int8 models.
-        from inferpool.engine.backends.precision import precision_choice
-
         choice = precision_choice(self.module)
         return None if choice is None else choice.report()
 

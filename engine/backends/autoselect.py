@@ -46,7 +46,7 @@ import statistics
 import time
 import warnings
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from inferpool.engine.backends import AUTO, BACKENDS, backend_names
@@ -54,6 +54,7 @@ from inferpool.engine.backends.auto_prune import cannot_win, hopeless, score
 from inferpool.engine.backends.base import Runtime
 from inferpool.engine.backends.choice_cache import choice_path, read_choice, write_choice
 from inferpool.engine.backends.parity import eager_outputs, first_mismatch
+from inferpool.engine.backends.precision_auto import choose_precision
 from inferpool.engine.errors import ConfigError, EngineError, ModelLoadError
 from inferpool.engine.module import InferenceModule
 from inferpool.engine.options import AUTO_CANDIDATES, RuntimeOptions
@@ -116,7 +117,9 @@ class BackendChoice:
 
 def resolve_backend(module: InferenceModule, options: RuntimeOptions) -> BackendChoice:
     if options.backend == AUTO:
-        choice = _cached_or_chosen(module, options, options.auto_backends or AUTO_CANDIDATES)
+        choice = _with_precision(
+            module, options, _cached_or_chosen(module, options, options.auto_backends or AUTO_CANDIDATES)
+        )
         # A backend whose artifact holds its own copy of the weights lets the torch module's go,
         # now that nothing else will run it (onnxruntime; see inferpool.engine.backends.weights).
         release = getattr(choice.backend, "release_weights", None)
@@ -126,7 +129,31 @@ def resolve_backend(module: InferenceModule, options: RuntimeOptions) -> Backend
     if options.backend not in BACKENDS:
         raise ConfigError(f"backend {options.backend!r} is unknown; choose one of {backend_names()}")
     backend = BACKENDS[options.backend]
-    return BackendChoice(options.backend, backend, backend.compile(module, options), options.backend)
+    named = BackendChoice(options.backend, backend, backend.compile(module, options), options.backend)
+    return _with_precision(module, options, named)
+
+
+def _with_precision(module: InferenceModule, options: RuntimeOptions, fp32: BackendChoice) -> BackendChoice:
+    """``precision = "auto"``: the fp32 choice, or the bf16 candidate that beat it
+    (inferpool.engine.backends.precision_auto), with its row added to the table."""
+    if options.precision != "auto":
+        return fp32
+    row = next((t for t in fp32.trials if t.backend == fp32.name), None)
+
+    def fp32_runtime() -> Runtime:
+        runtime = fp32.backend(module, options, fp32.compiled)
+        runtime.warmup()
+        return runtime
+
+    batch1_us = None if row is None else row.batch1_us
+    reduced = choose_precision(module, options, fp32.name, fp32_runtime, batch1_us)
+    if reduced is None:
+        return fp32
+    per_sample = round(reduced.call_us / reduced.batch, 2) if reduced.batch > 1 else None
+    trial = Trial(f"{reduced.name} bf16", reduced.compile_seconds, reduced.call_us if reduced.batch == 1 else None,
+                  reduced.batch if reduced.batch > 1 else None, per_sample)  # fmt: skip
+    trials = (*fp32.trials, trial) if fp32.trials else ()
+    return replace(fp32, name=reduced.name, backend=reduced.backend, compiled=reduced.compiled, trials=trials)
 
 
 def _cached_or_chosen(module: InferenceModule, options: RuntimeOptions, names: tuple[str, ...]) -> BackendChoice:

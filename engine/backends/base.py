@@ -41,8 +41,9 @@ class Runtime(ABC):
     wide_artifact_supported: ClassVar[bool] = False
     """``wide_artifact`` builds an artifact for more intra-op threads in the serving process
     (inferpool.engine.wide: the lane a call running alone in the pod takes)."""
-    wide_precisions: ClassVar[tuple[str, ...]] = ("fp32",)
-    """The ``runtime.precision`` values whose served artifact ``wide_artifact`` builds again."""
+    wide_precisions: ClassVar[tuple[str, ...]] = ("fp32", "auto")
+    """The ``runtime.precision`` values whose served artifact ``wide_artifact`` builds again
+    (``auto`` serves fp32 on a backend that runs no reduced precision)."""
     wide_probe_apart: ClassVar[bool] = False
     """A process that ran the wide artifact cannot fork serving processes that build their own
     (openvino's thread pool: they hang in it). A process that forks later then measures the wide

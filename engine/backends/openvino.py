@@ -46,7 +46,8 @@ from inferpool.engine.backends.base import Runtime
 from inferpool.engine.backends.onnxruntime.export import OnnxExport, ensure_export
 from inferpool.engine.backends.onnxruntime.export import release_weights as release_into_cache
 from inferpool.engine.backends.parity import Tolerance, eager_outputs, first_mismatch
-from inferpool.engine.backends.precision import bf16_verdict, check_source, serve_precision
+from inferpool.engine.backends.precision import check_source, serve_precision
+from inferpool.engine.backends.precision_choice import bf16_verdict
 from inferpool.engine.errors import ModelLoadError, import_optional
 from inferpool.engine.module import InferenceModule
 from inferpool.engine.onnx_source import OnnxFile
@@ -193,7 +194,7 @@ class OpenVinoRuntime(Runtime):
     child compiled fine while the parent still held the model): the supervisor times the lane
     in a fresh interpreter (``wide_seconds_apart``), and only the forked serving processes
     build it, each its own."""
-    wide_precisions = ("fp32", "bf16")  # int8 serves a quantized file, which wide_artifact does not compile
+    wide_precisions = ("fp32", "bf16", "auto")  # int8 serves a quantized file, which wide_artifact does not compile
     tolerance = Tolerance(rtol=1e-3, atol=1e-5)  # fused and reordered float ops, as onnxruntime's
 
     def __init__(self, module: InferenceModule, options: RuntimeOptions, compiled: Any = None) -> None:
@@ -207,7 +208,7 @@ class OpenVinoRuntime(Runtime):
         require()  # before exporting, so that its absence is not taken for a bad export
         model, where, exported = model_file(module, options)
         streams = streams_for(options)
-        known_bf16 = exported is not None and bf16_verdict(module, options, "openvino") == "bf16"
+        known_bf16 = bf16_verdict(module, options, "openvino") == "bf16"
         if known_bf16:
             # This tree gated and raced bf16 already (a rebuild for the plan, a forked serving
             # process): the fp32 build and its parity check would only cost 1-3 s of start-up.
@@ -228,6 +229,18 @@ class OpenVinoRuntime(Runtime):
                 release_into_cache(module, exported, "openvino")
         log.debug("model %r: openvino compiled %s with %d stream(s) x %d thread(s)",
                   module.name, where, compiled.streams, compiled.threads_per_stream)  # fmt: skip
+        return compiled
+
+    @classmethod
+    def compile_reduced(cls, module: InferenceModule, options: RuntimeOptions, precision: str) -> CompiledOpenVino:
+        """The model compiled in ``precision`` only, for ``precision = "auto"``'s candidate
+        (inferpool.engine.backends.precision_auto): no fp32 build and no parity check, since the
+        accuracy gate judges it against the fp32 winner instead."""
+        require()
+        model, where, exported = model_file(module, options)
+        compiled = compile_file(module, model, where, streams_for(options), options.intra_op_threads, precision)
+        if exported is not None:
+            _exports[module.module] = exported
         return compiled
 
     @classmethod

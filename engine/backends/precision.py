@@ -41,18 +41,24 @@ import json
 import logging
 import statistics
 import time
-import weakref
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import numpy as np
-import torch
 
 from inferpool.engine.backends.gate import Gate, GateFigures, measure
 from inferpool.engine.backends.held_out import held_out
 from inferpool.engine.backends.onnxruntime.export import OnnxExport
+from inferpool.engine.backends.precision_choice import (
+    PrecisionChoice,
+    bf16_verdict,
+    forget,
+    precision_choice,
+    raced_for,
+    record,
+)
 from inferpool.engine.backends.quantize import SUFFIX, Quantizer, candidates, quantized
 from inferpool.engine.compile_cache import content_key, write_atomically
 from inferpool.engine.errors import ModelLoadError
@@ -68,41 +74,6 @@ TIMING_SECONDS = 0.3
 """Per passing candidate when several pass: the example call's median over TIMING_SECONDS of
 calls, at least and at most TIMING_CALLS of them (a ResNet-50's three, a digits CNN's 200)."""
 Artifact = TypeVar("Artifact")
-
-
-@dataclass(frozen=True)
-class PrecisionChoice:
-    """What ``/v2/models/{name}/config`` shows: asked, served, the gate's figures, and every
-    candidate's (with its example call's median milliseconds when several passed)."""
-
-    configured: str
-    served: str
-    gate: Gate | None = None
-    candidates: tuple[Gate, ...] = ()
-    call_ms: Mapping[str, float] = field(default_factory=dict)
-    raced: tuple[str, RuntimeOptions] | None = None
-    """The backend and options (threads aside) the race ran for, to be reused for them."""
-
-    def report(self) -> dict[str, Any]:
-        def shown(gate: Gate) -> dict[str, Any]:
-            return {**asdict(gate), "passed": gate.passed}
-
-        return {
-            "configured": self.configured,
-            "served": self.served,
-            "method": self.gate.method if self.gate is not None and self.served != "fp32" else None,
-            "gate": None if self.gate is None else shown(self.gate),
-            "candidates": [shown(g) for g in self.candidates],
-            "call_ms": dict(self.call_ms),
-        }
-
-
-_choices: weakref.WeakKeyDictionary[torch.nn.Module, PrecisionChoice] = weakref.WeakKeyDictionary()
-
-
-def precision_choice(module: InferenceModule) -> PrecisionChoice | None:
-    """The last precision decision for ``module`` in this process (None: fp32 was asked)."""
-    return _choices.get(module.module)
 
 
 def _load_int8(
@@ -123,12 +94,6 @@ def _load_int8(
         log.warning("the cached int8 file %s is unusable, quantizing %r again: %s", path, module.name, exc)
     path, _ = quantized(module, options, exported, quantizer, calibration, rebuild=True)
     return path, load(path)
-
-
-def _raced_for(backend: str, options: RuntimeOptions) -> tuple[str, RuntimeOptions]:
-    """What a choice holds for: the backend and the options but their thread plan (a rebuild for
-    the plan, or a forked serving process, reuses the choice)."""
-    return backend, replace(options, intra_op_threads=1, num_runtimes=0)
 
 
 def _figures_path(path: Path) -> Path:
@@ -162,8 +127,9 @@ def _save_figures(path: Path, key: str, figures: GateFigures) -> None:
 
 
 def check_source(module: InferenceModule, options: RuntimeOptions) -> None:
-    """An ``.onnx`` source is served as it is: int8 is refused for it, before anything loads."""
-    if options.precision != "fp32" and isinstance(module.module, OnnxFile):
+    """An ``.onnx`` source is served as it is: int8 or bf16 asked by name is refused for it, before
+    anything loads (``auto`` may still serve one in bf16: precision_auto compiles the file itself)."""
+    if options.precision not in ("fp32", "auto") and isinstance(module.module, OnnxFile):
         raise ModelLoadError(
             f"precision {options.precision!r} quantizes the ONNX export of a torch model; {module.module.path} is "
             "served as it is: quantize the file yourself, or use precision 'fp32'"
@@ -198,7 +164,9 @@ def serve_precision(
     builds from a quantized file, or the one ``bf16`` compiles, if it passes the gate (see the
     module docstring)."""
     if options.precision == "fp32":
-        _choices.pop(module.module, None)
+        forget(module)
+        return fp32
+    if options.precision == "auto":  # the backend serves fp32; the auto rule may swap in bf16 after the race
         return fp32
     check_source(module, options)
     if options.precision == "bf16":
@@ -235,7 +203,7 @@ def serve_precision(
     against_fp32 = not (options.precision_strict or options.int8_methods)
     timed: dict[str, Artifact] = {**passing, **({"fp32": fp32} if against_fp32 else {})}
     timings: dict[str, float] = {}
-    earlier, raced = _choices.get(module.module), _raced_for(backend, options)
+    earlier, raced = precision_choice(module), raced_for(backend, options)
     if earlier is not None and earlier.raced == raced and set(earlier.call_ms) == set(timed):
         # Raced already in this process or the parent it was forked from (a rebuild for the thread
         # plan, a serving process): the same choice, so that every process serves the same int8.
@@ -252,22 +220,13 @@ def serve_precision(
             "model %r: int8 passes the accuracy gate but measures slower than fp32 (example call: %s): serving "
             "fp32; precision_strict or int8_methods serves int8 anyway", module.name, calls,
         )  # fmt: skip
-        _choices[module.module] = PrecisionChoice("int8", "fp32", gate, tuple(gates), timings, raced)
+        record(module, PrecisionChoice("int8", "fp32", gate, tuple(gates), timings, raced))
         return fp32
     gate = next(g for g in gates if g.method == fastest)
     faster = f" (example call: {calls})" if timings else ""
     log.info("model %r: serving int8 (%s): %s%s", module.name, backend, gate.describe(), faster)
-    _choices[module.module] = PrecisionChoice("int8", "int8", gate, tuple(gates), timings, raced)
+    record(module, PrecisionChoice("int8", "int8", gate, tuple(gates), timings, raced))
     return passing[fastest]
-
-
-def bf16_verdict(module: InferenceModule, options: RuntimeOptions, backend: str) -> str | None:
-    """What this process tree serves for a bf16 ask of these options ("bf16" or "fp32"), or None
-    before the gate and race have run: a backend that knows bf16 won skips building fp32."""
-    earlier = _choices.get(module.module)
-    if options.precision != "bf16" or earlier is None or earlier.configured != "bf16":
-        return None
-    return earlier.served if earlier.raced == _raced_for(backend, options) else None
 
 
 def _serve_bf16(
@@ -283,7 +242,7 @@ def _serve_bf16(
     earlier = bf16_verdict(module, options, backend)
     if earlier is not None:
         return build() if earlier == "bf16" else fp32
-    raced = _raced_for(backend, options)
+    raced = raced_for(backend, options)
     artifact = build()
     _, batches, described = held_out(module, options.accuracy_inputs, False)
     batched = all(spec.batched for spec in module.schema.inputs)
@@ -296,7 +255,7 @@ def _serve_bf16(
     timings = {"bf16": _call_ms(run, artifact, inputs), "fp32": _call_ms(run, fp32, inputs)}
     calls = ", ".join(f"{name} {ms:.3g} ms" for name, ms in timings.items())
     served = "bf16" if options.precision_strict or timings["bf16"] < timings["fp32"] else "fp32"
-    _choices[module.module] = PrecisionChoice("bf16", served, gate, (gate,), timings, raced)
+    record(module, PrecisionChoice("bf16", served, gate, (gate,), timings, raced))
     if served == "fp32":
         log.warning("model %r: bf16 passes the accuracy gate but measures slower than fp32 (example call: %s): "
                     "serving fp32; precision_strict serves bf16 anyway", module.name, calls)  # fmt: skip
@@ -315,6 +274,6 @@ def _fp32_instead(
             "or accuracy_min_agreement"
         )
     log.warning("%s; serving fp32", message)
-    raced = _raced_for(options.backend, options)
-    _choices[module.module] = PrecisionChoice(options.precision, "fp32", gates[0] if gates else None, gates, {}, raced)
+    raced = raced_for(options.backend, options)
+    record(module, PrecisionChoice(options.precision, "fp32", gates[0] if gates else None, gates, {}, raced))
     return fp32

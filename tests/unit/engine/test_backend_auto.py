@@ -126,7 +126,9 @@ def fakes(monkeypatch):
 
 
 def auto(*names: str, **more: object) -> RuntimeOptions:
-    # dispatch is set: these tests are about the backend (engine/dispatch_choice.py has its own).
+    # dispatch and precision are set: these tests are about the backend (engine/dispatch_choice.py
+    # and engine/backends/precision_auto.py have their own).
+    more = {"precision": "fp32", **more}
     return RuntimeOptions(backend=AUTO, auto_backends=names, num_runtimes=2, warmup_iters=1, dispatch="threads", **more)  # type: ignore[arg-type]
 
 
