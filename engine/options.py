@@ -288,8 +288,8 @@ class RuntimeOptions:
             self.precision in PRECISIONS and self.backend in REDUCED_BACKENDS.get(self.precision, (self.backend,)),
             f"use one of {list(PRECISIONS)} (auto: bf16 where it is native, passes the gate and measures faster, "
             f"else fp32; fp32: always fp32); int8 needs backend {' or '.join(map(repr, INT8_BACKENDS))}, named, "
-            f"and bf16 needs {' or '.join(map(repr, BF16_BACKENDS))} (backend auto compares backends with eager at each one's "
-            "float tolerance, which reduced precision is not within)",
+            f"and bf16 needs {' or '.join(map(repr, BF16_BACKENDS))} (backend auto compares backends with eager at "
+            "each one's float tolerance, which reduced precision is not within)",
         )
         checks["accuracy_min_cosine"] = (-1 <= self.accuracy_min_cosine <= 1, "use a cosine between -1 and 1")
         checks["accuracy_min_agreement"] = (0 <= self.accuracy_min_agreement <= 1, "use a share between 0 and 1")

@@ -224,7 +224,9 @@ def test_a_model_whose_bf16_answers_drift_is_served_in_fp32(tmp_path, monkeypatc
     choice = resolve_backend(module, options)
     verdict = precision_choice(module)
     assert choice.name == "eager"
-    assert verdict is not None and verdict.served == "fp32" and verdict.gate is not None, verdict
+    assert verdict is not None
+    assert verdict.served == "fp32", verdict
+    assert verdict.gate is not None, verdict
     if native_bf16()[0]:
         assert not verdict.gate.passed, verdict.reason
         assert "fails the accuracy gate" in verdict.reason
