@@ -3,6 +3,8 @@ settings, the cache), and a real model whose bf16 answers drift, refused on Open
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Mapping
@@ -232,3 +234,19 @@ def test_a_model_whose_bf16_answers_drift_is_served_in_fp32(tmp_path, monkeypatc
         assert "fails the accuracy gate" in verdict.reason
         assert verdict.gate.figures.min_cosine is not None
         assert verdict.gate.figures.min_cosine < 0.99
+
+
+def test_the_digits_model_never_imports_openvino(tmp_path) -> None:
+    """Its 20 µs call cannot gain from bf16, so serving it pays nothing for openvino (core since
+    precision auto): no import, no compile, on every CPU."""
+    script = (
+        "import sys\n"
+        "from inferpool.engine import RuntimeOptions, ServedModel\n"
+        f"options = RuntimeOptions(native_bf16='on', warmup_iters=1, compile_cache_dir={str(tmp_path)!r})\n"
+        "served = ServedModel.load('inferpool.engine.zoo.digits:build', options)\n"
+        "print(served.info.precision_selection['served'], 'openvino' in sys.modules)\n"
+        "served.close()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["fp32", "False"], done.stdout
