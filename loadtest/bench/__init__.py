@@ -5,7 +5,8 @@
 
 A case is the old ``loadtest/bench_<case>.py`` with the same options (``bench_pool`` is
 ``python -m loadtest.bench pool``). ``CASES`` maps each name to the module that holds it; the
-module has ``<case>(argv)``, which runs it, and ``<case>_parser()``, its options. Modules are
+module has ``<case>(argv)``, which runs it, and ``<case>_parser()``, its options (``<function>``
+for ``<case>`` where the case names the function otherwise, as ``Case.function`` says). Modules are
 imported only when their case runs, so ``--list`` needs neither torch nor a model.
 
 Two cases compare checkouts by running the same file against another tree's ``inferpool``, so
@@ -28,6 +29,7 @@ PROG = "python -m loadtest.bench"
 class Case:
     module: str  # under loadtest.bench
     summary: str  # one line, for --list
+    function: str = ""  # the module's function, when not the case's name (``grpc`` would hide the module)
 
     def load(self) -> ModuleType:
         return importlib.import_module(f"loadtest.bench.{self.module}")
@@ -58,20 +60,24 @@ CASES: dict[str, Case] = {
     "start": Case("serving", "seconds from inferpool serve to ready, cold and warm compile cache"),
     "wide": Case("serving", "the no-flag server per workload against the bare engine, lending idle cores or not"),
     "processes": Case("serving", "PSS of the process tree and start-up, one serving process vs the default"),
-    "grpc": Case("grpc_front", "gRPC ModelInfer per front end against HTTP v2 binary and JSON, server CPU per call"),
+    "grpc": Case(
+        "grpc_front", "gRPC ModelInfer per front end against HTTP v2 binary and JSON, server CPU per call", "grpc_case"
+    ),
     "container": Case("container", "the image against the same server on the host (docker, wrk)"),
 }
 
 
 def runner(name: str) -> Callable[[list[str] | None], object]:
     """The function that runs case ``name`` on its command-line arguments."""
-    run: Callable[[list[str] | None], object] = getattr(CASES[name].load(), name)
+    case = CASES[name]
+    run: Callable[[list[str] | None], object] = getattr(case.load(), case.function or name)
     return run
 
 
 def parser(name: str) -> argparse.ArgumentParser:
     """Case ``name``'s options."""
-    make: Callable[[], argparse.ArgumentParser] = getattr(CASES[name].load(), f"{name}_parser")
+    case = CASES[name]
+    make: Callable[[], argparse.ArgumentParser] = getattr(case.load(), f"{case.function or name}_parser")
     return make()
 
 

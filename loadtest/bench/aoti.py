@@ -194,4 +194,3 @@ def bench(model: str, runtimes: dict[str, list[Runtime]], inputs: dict[int, dict
             f"{row:13} {b:5d} {statistics.median(medians[row, b]):9.1f} {span(medians[row, b], 1):>19} "
             f"{statistics.median(ratios[row, b]):14.2f} {span(ratios[row, b], 2):>13}"
         )
-

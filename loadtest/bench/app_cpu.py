@@ -70,7 +70,9 @@ async def measure(app: Any, path: str, requests: int, repeats: int) -> list[floa
 def app_cpu_parser() -> argparse.ArgumentParser:
     # Not loadtest.bench.case_parser: this file also runs on its own against another checkout.
     parser = argparse.ArgumentParser(
-        prog="python -m loadtest.bench app_cpu", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m loadtest.bench app_cpu",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--path", default="/predict", choices=sorted(BODIES))
     parser.add_argument("--requests", type=int, default=3000)

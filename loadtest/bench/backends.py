@@ -264,4 +264,3 @@ def defaults(argv: list[str] | None = None) -> list[dict[str, object]]:
             print(row["table"])
             print("  dispatch figures: " + json.dumps(row["figures"]))
     return rows
-

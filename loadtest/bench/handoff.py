@@ -121,4 +121,3 @@ def handoff(argv: list[str] | None = None) -> dict[str, float]:
         ]
         print(f"{name:40} {connections:5} {cells[0]:>16} {cells[1]:>12} {cells[2]:>12}")
     return figures
-

@@ -134,4 +134,3 @@ def static(argv: list[str] | None = None) -> dict[tuple[str, str, int], float]:
                 f"{ratio:8.2f} {slab_bytes(runtimes[row]):>9}"
             )
     return figures
-

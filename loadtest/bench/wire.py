@@ -127,7 +127,6 @@ def codec(argv: list[str] | None = None) -> dict[tuple[str, str], float]:
     return figures
 
 
-
 EMBEDDINGS_DOC = """OpenAI's ``/v1/embeddings`` against ``/predict`` on MiniLM: the same sentences, one server.
 
     python -m loadtest.bench embeddings [--sentences 1 16] [--connections 1 8] [--seconds 6]
