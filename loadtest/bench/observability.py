@@ -127,15 +127,33 @@ def door_cost_parser() -> argparse.ArgumentParser:
 def door_cost(argv: list[str] | None = None) -> dict[str, float]:
     """Best µs per request of each variant, and ``encode`` (the export thread's, per request)."""
     args = door_cost_parser().parse_args(argv)
-    os.environ["OTEL_TRACES_EXPORTER"] = "none"  # the spans are made, then dropped: no export thread
-    traced = Observer(load_settings(None, ["--tracing"]), Metrics().registry)
-    traced.start()
-    unsampled = Observer(load_settings(None, ["--tracing", "--trace-sample", "0"]), Metrics().registry)
-    unsampled.start()
-    logged = Observer(load_settings(None, ["--access-log"]), Metrics().registry)
+    access = logging.getLogger("inferpool.access")
     handler = logging.StreamHandler(io.StringIO())
-    logging.getLogger("inferpool.access").addHandler(handler)
-    logging.getLogger("inferpool.access").propagate = False
+    exporter = os.environ.get("OTEL_TRACES_EXPORTER")
+    os.environ["OTEL_TRACES_EXPORTER"] = "none"  # the spans are made, then dropped: no export thread
+    observers: list[Observer] = []
+    propagate, access.propagate = access.propagate, False
+    access.addHandler(handler)
+    try:  # the environment, the access logger and the tracers are the caller's again afterwards
+        traced = Observer(load_settings(None, ["--tracing"]), Metrics().registry)
+        unsampled = Observer(load_settings(None, ["--tracing", "--trace-sample", "0"]), Metrics().registry)
+        logged = Observer(load_settings(None, ["--access-log"]), Metrics().registry)
+        for observer in (traced, unsampled):
+            observer.start()
+            observers.append(observer)
+        return _door_cost(args, traced, unsampled, logged)
+    finally:
+        for observer in observers:
+            observer.stop()
+        access.removeHandler(handler)
+        access.propagate = propagate
+        if exporter is None:
+            os.environ.pop("OTEL_TRACES_EXPORTER", None)
+        else:
+            os.environ["OTEL_TRACES_EXPORTER"] = exporter
+
+
+def _door_cost(args: argparse.Namespace, traced: Observer, unsampled: Observer, logged: Observer) -> dict[str, float]:
     doors = {
         **({"base": _base_door(args.base)} if args.base else {}),
         "off": RequestContext(app, Metrics(), Activity()),
