@@ -216,16 +216,20 @@ def processes_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def processes(argv: list[str] | None = None) -> None:
+def processes(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    """A row per server: one process, then the default, per scenario."""
     args = processes_parser().parse_args(argv)
     logs = Path(tempfile.mkdtemp(prefix="bench-processes-"))
+    rows: list[dict[str, Any]] = []
     print("| scenario | processes (tree) | ready s | PSS MB | req/s | p99 ms | errors | PSS / 1 process |")
     print("|---|---|---|---|---|---|---|---|")
     for scenario in args.only.split(","):
         serve_args, payload, clients = SCENARIOS[scenario]
         one = measure(f"{scenario} workers1", (*serve_args, "--workers", "1"), payload, clients, args.seconds, logs)
         default = measure(f"{scenario} default", serve_args, payload, clients, args.seconds, logs)
+        rows += (one, default)
         for row in (one, default):
             ratio = row["pss_mb"] / one["pss_mb"]
             print(f"| {row['name']} | {row['processes']} | {row['ready_s']:.1f} | {row['pss_mb']:.0f} | "
                   f"{row['rate']:.0f} | {row['p99_ms']:.1f} | {row['errors']} | {ratio:.2f} |", flush=True)  # fmt: skip
+    return rows
