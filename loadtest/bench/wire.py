@@ -16,6 +16,7 @@ server on 127.0.0.1 over one keep-alive connection (median of ``--requests``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import tempfile
@@ -85,31 +86,30 @@ def codec_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def codec(argv: list[str] | None = None) -> dict[tuple[str, str], float]:
-    """Decode + encode µs per (input, path)."""
+def codec(argv: list[str] | None = None) -> dict[tuple[str, str], dict[str, float]]:
+    """Per (input, path): ``codec_us``, the decode + encode µs, and (with a server) ``p50_ms``."""
     args = codec_parser().parse_args(argv)
     rng = np.random.default_rng(0)
-    figures: dict[tuple[str, str], float] = {}
+    figures: dict[tuple[str, str], dict[str, float]] = {}
     print(f"{'input':20} {'path':14} {'body KB':>8} {'decode+encode µs':>17} {'vs JSON':>8} {'e2e p50 ms':>11}")
     for case, (source, shape) in CASES.items():
         x = (rng.random(shape) * 16).astype(np.float32)
         module = InferenceModule.from_spec(load_model(source or "inferpool.engine.zoo.digits:build"))
         out = x if source else np.zeros((1, 10), np.float32)
-        if args.in_process_only:
+        flags = ["--model", source, "--max-body-bytes", str(64 << 20)] if source else []
+        with contextlib.ExitStack() as stack:
+            http = None
+            if not args.in_process_only:
+                server = stack.enter_context(run_server(Path(tempfile.mkdtemp(prefix="inferpool-codec-")), *flags))
+                wait_ready(server)
+                http = stack.enter_context(httpx2.Client(base_url=server.url, timeout=60))
+            model = "echo" if source else "digits"
             json_codec = None
             for path, (body, headers) in bodies(shape, x).items():
-                figures[case, path] = codec_us(module, path, body, headers, out)
-                json_codec = json_codec or figures[case, path]
-                print(f"{case:20} {path:14} {len(body) / 1024:8.1f} {figures[case, path]:17.0f} "
-                      f"{figures[case, path] / json_codec:8.3f} {'-':>11}")  # fmt: skip
-            continue
-        flags = ["--model", source, "--max-body-bytes", str(64 << 20)] if source else []
-        with run_server(Path(tempfile.mkdtemp(prefix="inferpool-codec-")), *flags) as server:
-            wait_ready(server)
-            model = "echo" if source else "digits"
-            with httpx2.Client(base_url=server.url, timeout=60) as http:
-                json_codec = None
-                for path, (body, headers) in bodies(shape, x).items():
+                row = figures[case, path] = {"codec_us": codec_us(module, path, body, headers, out)}
+                json_codec = json_codec or row["codec_us"]
+                p50 = "-"
+                if http is not None:
                     url = "/predict" if path == "/predict JSON" else f"/v2/models/{model}/infer"
                     for _ in range(3):
                         http.post(url, content=body, headers=headers).raise_for_status()
@@ -118,12 +118,12 @@ def codec(argv: list[str] | None = None) -> dict[tuple[str, str], float]:
                         started = time.perf_counter()
                         http.post(url, content=body, headers=headers).raise_for_status()
                         latencies.append(time.perf_counter() - started)
-                    cost = figures[case, path] = codec_us(module, path, body, headers, out)
-                    json_codec = json_codec or cost
-                    print(
-                        f"{case:20} {path:14} {len(body) / 1024:8.1f} {cost:17.0f} {cost / json_codec:8.3f} "
-                        f"{statistics.median(latencies) * 1e3:11.2f}"
-                    )
+                    row["p50_ms"] = statistics.median(latencies) * 1e3
+                    p50 = f"{row['p50_ms']:.2f}"
+                print(
+                    f"{case:20} {path:14} {len(body) / 1024:8.1f} {row['codec_us']:17.0f} "
+                    f"{row['codec_us'] / json_codec:8.3f} {p50:>11}"
+                )
     return figures
 
 

@@ -60,6 +60,13 @@ def test_batching_http_runs_every_variant_and_writes_its_runs(tmp_path):
     assert json.loads((tmp_path / "runs.json").read_text()) == runs
 
 
+def test_codec_end_to_end_on_a_server():
+    figures = bench.runner("codec")(["--requests", "3"])
+    assert isinstance(figures, dict)
+    assert len(figures) == 6  # 2 inputs x 3 paths
+    assert all(row["codec_us"] > 0 and row["p50_ms"] > 0 for row in figures.values())
+
+
 def test_grpc_gives_every_protocol_and_floor_at_1_and_8_callers():
     # A process of its own: the case pins its caller to CPU 1 and starts echo servers with -m.
     rows = _table(_bench("grpc", "--seconds", "0.5", "--rounds", "1"))
