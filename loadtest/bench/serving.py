@@ -69,9 +69,9 @@ def door(argv: list[str] | None = None) -> None:
                 run = wrk.run_one(server.url, payload(), args.connections, duration=args.seconds, warmup=0,
                                   label=name, server_pid=server.process.pid, scratch=scratch)  # fmt: skip
                 shed = total(server.url, "inferpool_rejections_total", reason="load_shed") - before
-                door = total(server.url, "inferpool_door_requests")
+                inside = total(server.url, "inferpool_door_requests")
                 rate = run["achieved_rps"]
-                print(f"round {round_} {name:<13} {rate:>7.0f} req/s  shed {shed:.0f}  door {door:.0f}", flush=True)
+                print(f"round {round_} {name:<13} {rate:>7.0f} req/s  shed {shed:.0f}  door {inside:.0f}", flush=True)
 
 
 START_DOC = """Seconds from ``inferpool serve`` to ready, cold (an empty compile cache) and warm (the cache the
