@@ -280,3 +280,14 @@ def test_handoff_in_process():
         for what, suffix in (("infer() round trip", ""), ("model call alone", " setup"))
     }
     assert all(us > 0 for us in figures.values())
+
+
+def test_aoti_rows_are_runtime_options_the_engine_accepts():
+    """aoti compiles for minutes, so only what it asks of the engine is checked here."""
+    from loadtest.bench import aoti
+
+    for row, (backend, interface) in aoti.ROWS.items():
+        options = aoti.options(row, (1, 32), "/tmp/cache")
+        assert (options.backend, options.aoti_interface) == (backend, interface)
+        assert options.compiled_batch_sizes == (1, 32)
+    assert aoti.aoti_parser().parse_args(["--rss-child", "digits", "eager"]).rss_child == ["digits", "eager"]
