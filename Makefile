@@ -66,9 +66,10 @@ check: $(STAMP)
 	$(BIN)/mypy
 
 ## Engine micro-benchmarks (pool borrow/return, hand-off); figures go to docs/BENCHMARKS.md.
+## Every kept experiment: `python -m loadtest.bench --list`.
 bench: $(STAMP)
-	$(BIN)/python -m loadtest.bench_pool
-	$(BIN)/python -m loadtest.bench_handoff
+	$(BIN)/python -m loadtest.bench pool
+	$(BIN)/python -m loadtest.bench handoff
 
 ## Regenerate the gRPC message module from service/grpc/inference.proto (commit both).
 proto: $(STAMP)

@@ -29,7 +29,7 @@ __all__ = ["MIN_FLOOR_MS", "PATH_SECONDS", "DeadlineFloor"]
 
 PATH_SECONDS = 0.0002
 """The path around one call (admission, hand-off, validation, the answer's arrays): 0.1-0.2 ms
-of a request measured in process on digits (loadtest/bench_app_cpu.py), which a deadline leaves
+of a request measured in process on digits (loadtest/bench/app_cpu.py), which a deadline leaves
 the model call less of."""
 
 

@@ -110,7 +110,7 @@ class RuntimeOptions:
     (1 = batching off: each request is its own call). Batching pays off when a call's fixed
     cost (Python dispatch between ops, kernel launch) is large next to its per-sample cost and
     many clients send small requests at once; raise it to the batch size where a call's time
-    per sample stops falling (loadtest/bench_batching.py measures it). Leave it at 1 for
+    per sample stops falling (loadtest/bench/batching.py measures it). Leave it at 1 for
     models whose outputs have no batch dimension, or when latency at low load matters most."""
 
     max_queue_delay_us: float = 500.0

@@ -5,7 +5,7 @@ setting a user would try, and the bare engine's own rate (the physical limit).
 one or sixteen sentences a request) and ``resnet50`` (``loadtest.resnet``, seeded weights, one
 224x224 image as v2 binary): ``loadtest.compare --workload NAME`` runs InferPool with no flags
 beside the peers of ``variants_for(NAME)`` and prints ``limits(NAME)`` above the table;
-``loadtest.bench_wide`` and ``loadtest.bench_spread`` reuse the table.
+``python -m loadtest.bench wide`` reuses the table.
 """
 
 from __future__ import annotations

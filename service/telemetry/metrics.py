@@ -5,7 +5,7 @@ well under a millisecond and coarser buckets would hide the server's own overhea
 gets its own registry, so several apps in one process (tests) never collide.
 
 Per-request histograms and counters skip prometheus-client's metric objects (a lock and a
-Python loop over the buckets per observation, held under the GIL; loadtest/bench_metrics.py):
+Python loop over the buckets per observation, held under the GIL; loadtest/bench/metrics_cost.py):
 an observation is a ``bisect`` and two float adds into preallocated slots, rendered by a
 collector at scrape time. Requests are observed on the event loop thread only (middleware,
 async routes), so those adds take no lock; ``observe_error`` also runs on Starlette's

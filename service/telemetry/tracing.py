@@ -86,7 +86,7 @@ class Tracing:
     The spans are the SDK's ``ReadableSpan`` made whole (ids, times, attributes) and handed to
     its ``BatchSpanProcessor``, rather than opened and ended through a ``Tracer``: a finished
     request has nothing left to record, and the Tracer's per-span machinery (locks, limits,
-    context objects) cost several times more per span (loadtest/bench_observe.py). Sampling,
+    context objects) cost several times more per span (loadtest/bench/observability.py). Sampling,
     ids, the resource and the export are the SDK's own."""
 
     def __init__(self, sample: float) -> None:

@@ -37,7 +37,8 @@ Progress = Callable[[str], None]
 
 # Freezing is off, although the issue asked for it: it lowers linear/conv to mkldnn's
 # pointwise kernels, which made every call slower on the MLP and the digits CNN, with or without
-# weight prepacking (loadtest/bench_aoti_freezing.py; figures in docs/BENCHMARKS.md, "Freezing").
+# weight prepacking (figures in docs/BENCHMARKS.md, "Freezing"; the script that measured them,
+# loadtest/bench_aoti_freezing.py, was removed with the question settled: git log -- that path).
 # The minimal ArrayRef interface needs BOTH of its flags: codegen/common.py picks the ArrayRef
 # wrapper (CppWrapperCpuArrayRef, which emits the V2 entry point) only when
 # allow_stack_allocation is set; with use_minimal_arrayref_interface alone the wrapper is unchanged.

@@ -5,7 +5,7 @@ Both run the same steps: each node calls its functional callable into a fresh te
 interpreter keeps values in a per-call register list and walks the nodes; the generated
 function (as torch.fx's GraphModule does) keeps them in local variables and has every callable
 and constant bound as a default argument, so a node costs one call and no indexing. Measured on
-the MLP and the digits CNN (loadtest/bench_static.py) the generated code is the faster, so it
+the MLP and the digits CNN (loadtest/bench/static.py) the generated code is the faster, so it
 is the one runtimes use; the interpreter stays as the executor anyone can step through.
 """
 

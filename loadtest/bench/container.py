@@ -6,7 +6,7 @@ and free ports), all with no serving flags, then measures them interleaved: ever
 each target at each connection count. Prints each container's start-to-ready time and one JSON
 line per run. docs/BENCHMARKS.md, "The image", has the figures and the command.
 
-    python -m loadtest.bench_container --image inferpool:test --rounds 2 --seconds 5
+    python -m loadtest.bench container --image inferpool:test --rounds 2 --seconds 5
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import httpx2
 
 from inferpool.harness.payloads import digits_json
 from inferpool.harness.server import INFERPOOL, free_port
+from loadtest.bench import case_parser
 from loadtest.wrk import run_one
 
 
@@ -50,16 +51,20 @@ def _container(image: str, port: int, extra: list[str]) -> str:
     return subprocess.run(argv, capture_output=True, text=True, check=True).stdout.strip()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def container_parser() -> argparse.ArgumentParser:
+    parser = case_parser("container", __doc__)
     parser.add_argument("--image", default="inferpool:test")
     parser.add_argument("--baseline", type=Path, help="a second checkout to serve on the host")
     parser.add_argument("--docker-arg", action="append", default=[], help="one more `docker run` argument")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=5)
     parser.add_argument("--connections", type=int, nargs="+", default=[8, 64])
-    args = parser.parse_args()
-    here = Path(__file__).resolve().parents[1]
+    return parser
+
+
+def container(argv: list[str] | None = None) -> None:
+    args = container_parser().parse_args(argv)
+    here = Path(__file__).resolve().parents[2]
     hosts = {"host": here, **({"host-baseline": args.baseline.resolve()} if args.baseline else {})}
     ports = {label: free_port() for label in [*hosts, "container"]}
     processes = {label: _host(checkout, ports[label]) for label, checkout in hosts.items()}
@@ -88,7 +93,3 @@ def main() -> None:
         for process in processes.values():
             process.terminate()
             process.wait(30)
-
-
-if __name__ == "__main__":
-    main()

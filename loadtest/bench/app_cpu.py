@@ -1,6 +1,7 @@
 """CPU per request through the whole ASGI app in-process: no sockets, no server loop.
 
-    python -m loadtest.bench_app_cpu [--path /predict|/v2/models/digits/infer] [--repeats 7] [--bare]
+    python -m loadtest.bench app_cpu [--path /predict|/v2/models/digits/infer] [--repeats 7] [--bare]
+    PYTHONPATH=CHECKOUT python loadtest/bench/app_cpu.py [...]     # another tree's inferpool
 
 Serves the default model (no flags, one process), warms it, then awaits the app with a
 prebuilt ``POST`` scope ``--requests`` times per repeat and reports the process CPU per request
@@ -66,8 +67,13 @@ async def measure(app: Any, path: str, requests: int, repeats: int) -> list[floa
     return sorted(found)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def app_cpu_parser() -> argparse.ArgumentParser:
+    # Not loadtest.bench.case_parser: this file also runs on its own against another checkout.
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtest.bench app_cpu",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--path", default="/predict", choices=sorted(BODIES))
     parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--repeats", type=int, default=7)
@@ -75,14 +81,19 @@ def main() -> None:
         "--bare", action="store_true",
         help="drive the limit instead (loadtest/peers/bare_handler.py's ASGI function, /predict only)",
     )  # fmt: skip
-    args = parser.parse_args()
+    return parser
+
+
+def app_cpu(argv: list[str] | None = None) -> list[float]:
+    """The CPU µs per request of each repeat, least first."""
+    args = app_cpu_parser().parse_args(argv)
     if args.bare:
         from loadtest.peers import bare_handler
 
         bare = bare_handler.make_app(bare_handler.export())
         found = asyncio.run(measure(bare, "/predict", args.requests, args.repeats))
         print(f"bare handler /predict: CPU per request min {found[0]:.1f} µs, median {found[len(found) // 2]:.1f} µs")
-        return
+        return found
     app = create_app(load_settings(None, ["--workers", "1"]))
     host = app.state.host
     host.start()  # the lifespan's work, without a server to run it
@@ -92,7 +103,8 @@ def main() -> None:
     finally:
         host.close()
     print(f"{args.path}: CPU per request min {found[0]:.1f} µs, median {found[len(found) // 2]:.1f} µs")
+    return found
 
 
 if __name__ == "__main__":
-    main()
+    app_cpu()

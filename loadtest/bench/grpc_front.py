@@ -13,7 +13,7 @@ whose handler returns the request's bytes, pinned like the server (no InferPool,
 "native echo", the native front end's own transport (service/grpc/native.py: its thread, its
 hand-off to the loop, a task and the answer per call) around the same echo.
 
-    python -m loadtest.bench_grpc [--seconds 5] [--rounds 3]
+    python -m loadtest.bench grpc [--seconds 5] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from inferpool.harness.payloads import grpc_request, json_request, v2_request
 from inferpool.harness.server import free_port, inferpool_serve, launch
 from inferpool.service.grpc.native import NativeFrontEnd
 from inferpool.service.grpc.servicer import Served
+from loadtest.bench import case_parser
 from loadtest.procs import tree_cpu_seconds
 
 GRPC_SERVERS = ("native", "grpcio")  # config/grpc.py
@@ -172,13 +173,17 @@ async def row(kind: str, n: int, seconds: float, url: str | None, port: int, tar
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def grpc_case_parser() -> argparse.ArgumentParser:
+    parser = case_parser("grpc", __doc__)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--echo-server", type=int, metavar="PORT", help=argparse.SUPPRESS)  # the floors' servers
     parser.add_argument("--echo-kind", default="grpcio", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    return parser
+
+
+def grpc_case(argv: list[str] | None = None) -> None:
+    args = grpc_case_parser().parse_args(argv)
     if args.echo_server:
         uvloop.run((echo_server if args.echo_kind == "grpcio" else native_echo_server)(args.echo_server))
         return
@@ -192,7 +197,16 @@ def main() -> None:
     echo_ports = {kind: free_port() for kind in ECHOES}
     echoes = {}
     for kind, port in echo_ports.items():
-        argv = [sys.executable, "-m", "loadtest.bench_grpc", "--echo-server", str(port), "--echo-kind", kind.split()[0]]
+        argv = [
+            sys.executable,
+            "-m",
+            "loadtest.bench",
+            "grpc",
+            "--echo-server",
+            str(port),
+            "--echo-kind",
+            kind.split()[0],
+        ]
         echoes[kind] = subprocess.Popen(["taskset", "-c", "0", *argv])
     try:
         with contextlib.ExitStack() as stack:
@@ -225,7 +239,3 @@ def main() -> None:
             f"| {n} | {kind} | {med['calls_per_s']:,.0f} | {med['p50_us']:,.0f} | {med['p99_us']:,.0f} "
             f"| {med['server_cpu_us']:,.0f} | {med['overhead_us']:,.0f} |"
         )
-
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,6 @@
 """GIL cost of the per-request metrics calls: the old prometheus-client objects vs the slots.
 
-    python -m loadtest.bench_metrics [--requests N] [--rounds R] [--old-ref REV]
+    python -m loadtest.bench metrics [--requests N] [--rounds R] [--old-ref REV]
 
 One "request" is what the /predict path calls: ``observe_inference`` + ``observe_request`` +
 ``Inference.server_timing`` (plus, on its own row, building the ``Inference``). Old is
@@ -24,8 +24,10 @@ import time
 import types
 from pathlib import Path
 
+from loadtest.bench import case_parser
+
 OLD_REF = "6145fd2251cf14a01d2746be4e0051beb5122411"  # service/ held metrics.py then
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def load_old(ref: str) -> types.ModuleType:
@@ -74,19 +76,27 @@ def per_request_loop(mod: types.ModuleType | None, build: bool):
     return run
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def metrics_parser() -> argparse.ArgumentParser:
+    parser = case_parser("metrics", __doc__)
     parser.add_argument("--requests", type=int, default=20_000, help="calls per round and implementation")
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--old-ref", default=OLD_REF)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    parser.add_argument("--one-process", action="store_true", help="skip the multiprocess (mmap files) child run")
+    return parser
+
+
+def metrics(argv: list[str] | None = None) -> dict[bool, dict[str, list[float]]]:
+    """Per row (False: the calls; True: with building the Inference), µs per request net of the bare
+    loop, each round, for ``old`` and ``new``."""
+    args = metrics_parser().parse_args(argv)
 
     import inferpool.service.telemetry.metrics as new
 
     old = load_old(args.old_ref)
     mode = "multiprocess (mmap files)" if os.environ.get("PROMETHEUS_MULTIPROC_DIR") else "one process"
     rows = {}
+    nets = {}
     for build in (False, True):
         loops = {"loop": per_request_loop(None, build), "old": per_request_loop(old, build)}
         loops["new"] = per_request_loop(new, build)
@@ -104,17 +114,14 @@ def main(argv: list[str] | None = None) -> int:
         loop = rows[build].pop("loop")
         # Round by round: the loop and the implementations ran back to back, under the same noise.
         net = {name: [t - base for t, base in zip(times, loop, strict=True)] for name, times in rows[build].items()}
+        nets[build] = net
         cells = [f"{name} {statistics.median(t):5.2f} ({min(t):5.2f})" for name, t in net.items()]
         ratio = statistics.median(net["old"]) / statistics.median(net["new"])
         print(f"  {label:52s} [loop {statistics.median(loop):4.2f}]  {'  '.join(cells)}  {ratio:4.1f}x")
-    if not args.child:
+    if not args.child and not args.one_process:
         with tempfile.TemporaryDirectory() as directory:
             env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": directory}
-            command = [sys.executable, "-m", "loadtest.bench_metrics", "--child"]
+            command = [sys.executable, "-m", "loadtest.bench", "metrics", "--child"]
             command += ["--requests", str(args.requests), "--rounds", str(args.rounds), "--old-ref", args.old_ref]
             subprocess.run(command, env=env, cwd=ROOT, check=True)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return nets

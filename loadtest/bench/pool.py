@@ -1,6 +1,6 @@
 """Borrow+return cost of RuntimePool, beside the primitives it could have been built on.
 
-    python -m loadtest.bench_pool [--iterations N]
+    python -m loadtest.bench pool [--iterations N]
 
 Each figure is nanoseconds per borrow+return, best of several repeats, all in one run so
 that machine noise hits every row alike. "2 threads" rows run two threads at once on a pool
@@ -17,6 +17,7 @@ from collections import deque
 from collections.abc import Callable
 
 from inferpool.engine import RuntimePool
+from loadtest.bench import case_parser
 
 Loop = Callable[[int], None]
 
@@ -70,10 +71,16 @@ def filled_queue(size: int) -> queue.Queue[object]:
     return q
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+def pool_parser() -> argparse.ArgumentParser:
+    parser = case_parser("pool", __doc__)
     parser.add_argument("--iterations", type=int, default=200_000)
-    n = parser.parse_args().iterations
+    parser.add_argument("--repeats", type=int, default=5, help="best of this many runs per row")
+    return parser
+
+
+def pool(argv: list[str] | None = None) -> dict[str, float]:
+    args = pool_parser().parse_args(argv)
+    n = args.iterations
     rows = [
         ("bare deque append+pop (baseline)", deque_loop(deque([1, 2])), 1),
         ("queue.Queue put+get (baseline)", queue_loop(filled_queue(2)), 1),
@@ -83,10 +90,9 @@ def main() -> None:
         ("RuntimePool, 2 threads, 2 runtimes", pool_loop(RuntimePool([1, 2])), 2),
         ("RuntimePool, 2 threads, 1 runtime", pool_loop(RuntimePool([1], timeout=60)), 2),
     ]
-    print(f"{'what':40} ns/op   ({n} iterations per thread, best of 5)")
+    print(f"{'what':40} ns/op   ({n} iterations per thread, best of {args.repeats})")
+    figures = {}
     for name, loop, threads in rows:
-        print(f"{name:40} {timed(loop, n, threads):7.0f}")
-
-
-if __name__ == "__main__":
-    main()
+        figures[name] = timed(loop, n, threads, args.repeats)
+        print(f"{name:40} {figures[name]:7.0f}")
+    return figures

@@ -1,6 +1,7 @@
 """CPU per request through the engine alone: ``ServedModel.infer`` against the bare model call.
 
-    PYTHONPATH=CHECKOUT python loadtest/bench_engine_request.py [--dispatch inline] [--repeats 5]
+    python -m loadtest.bench engine_request [--dispatch inline] [--repeats 5]
+    PYTHONPATH=CHECKOUT python loadtest/bench/engine_request.py [...]     # another tree's inferpool
 
 Loads the default model as ``inferpool serve`` does with no flags (onnxruntime; ``--dispatch``
 pins the executor, inline by default as ``auto`` picks on this machine), then, on one event loop,
@@ -35,13 +36,23 @@ def per_request(run: Callable[[int], None], requests: int, repeats: int) -> list
     return sorted(found)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def engine_request_parser() -> argparse.ArgumentParser:
+    # Not loadtest.bench.case_parser: this file also runs on its own against another checkout.
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtest.bench engine_request",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--dispatch", default="inline", choices=["inline", "threads"])
     parser.add_argument("--array", action="store_true", help="send a float32 array (as v2 decodes), not lists")
     parser.add_argument("--requests", type=int, default=5000)
     parser.add_argument("--repeats", type=int, default=5)
-    args = parser.parse_args()
+    return parser
+
+
+def engine_request(argv: list[str] | None = None) -> dict[str, list[float]]:
+    """CPU µs per request of each repeat, least first: ``infer`` (the engine) and ``call`` (bare)."""
+    args = engine_request_parser().parse_args(argv)
     model = ServedModel.load(DEFAULT_MODEL, RuntimeOptions(backend="onnxruntime", dispatch=args.dispatch))
     image = np.zeros((1, 8, 8), np.float32)
     payload: object = image if args.array else image.tolist()
@@ -65,7 +76,8 @@ def main() -> None:
         f"{engine[len(engine) // 2]:.1f}; bare call min {call[0]:.1f}, median {call[len(call) // 2]:.1f}; "
         f"engine adds {engine[0] - call[0]:.1f} µs (min - min)"
     )
+    return {"infer": engine, "call": call}
 
 
 if __name__ == "__main__":
-    main()
+    engine_request()

@@ -1,7 +1,7 @@
 """The ``static`` backend against eager, ONNX Runtime and TorchScript's Static Runtime, and the
 effect of each of its options, on the MLP and the digits CNN at batch 1 and 32.
 
-    python -m loadtest.bench_static [--rounds N] [--calls N] [--models mlp,digits,minilm]
+    python -m loadtest.bench static [--rounds N] [--calls N] [--models mlp,digits,minilm]
 
 One process, one intra-op thread, every row interleaved round by round (the machine is noisy:
 ratios within a round are what to read). Per row: median microseconds per ``runtime.run`` over
@@ -23,7 +23,8 @@ from inferpool.engine import BACKENDS, InferenceModule, RuntimeOptions, load_mod
 from inferpool.engine.backends.base import Runtime
 from inferpool.engine.backends.static import StaticRuntime
 from inferpool.engine.threads import ThreadPlan, apply_thread_plan
-from loadtest.bench_backends import latencies, span
+from loadtest.bench import case_parser
+from loadtest.bench.backends import latencies, span
 
 Inputs = Callable[[InferenceModule, int], dict[str, np.ndarray]]
 SENTENCE = "Serving a small transformer on a CPU is mostly matrix products and Python overhead. " * 2
@@ -92,12 +93,19 @@ def slab_bytes(runtime: Runtime) -> str:
     return f"{max(b.nbytes for b in runtime.buffer_sets.values()) / 1024:.0f} KiB"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def static_parser() -> argparse.ArgumentParser:
+    parser = case_parser("static", __doc__)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--calls", type=int, default=300, help="calls per row per round (batch 32 runs 1/4)")
     parser.add_argument("--models", default="mlp,digits", help=f"comma-separated, of {sorted(MODELS)}")
-    args = parser.parse_args()
+    parser.add_argument("--rows", default="", help=f"comma-separated, of {list(ROWS)}; default all (eager always)")
+    return parser
+
+
+def static(argv: list[str] | None = None) -> dict[tuple[str, str, int], float]:
+    args = static_parser().parse_args(argv)
+    only = tuple(filter(None, args.rows.split(",")))
+    figures: dict[tuple[str, str, int], float] = {}
     apply_thread_plan(ThreadPlan(cpus=2, runtimes=2, intra_op_threads=1))
     torch.set_num_threads(1)
     print(f"{args.rounds} rounds interleaved; 1 intra-op thread; median us/call (range of round medians); x eager")
@@ -105,7 +113,8 @@ def main() -> None:
     for model_name in args.models.split(","):
         factory, make_inputs, batches, divisor, rows = MODELS[model_name]
         module = InferenceModule.from_spec(load_model(factory))
-        runtimes = build_runtimes(module, rows)
+        wanted = (*(r for r in only if not rows or r in rows), "eager") if only else rows
+        runtimes = build_runtimes(module, wanted)
         inputs = {b: make_inputs(module, b) for b in batches}
         calls = {b: max(1, args.calls // divisor // (1 if b == 1 else 4)) for b in batches}
         keys = [(row, b) for b in batches for row in runtimes]
@@ -119,11 +128,9 @@ def main() -> None:
         for row, b in keys:
             ratio = statistics.median(m / e for m, e in zip(medians[row, b], medians["eager", b], strict=True))
             us = [m * 1e6 for m in medians[row, b]]
+            figures[model_name, row, b] = statistics.median(samples[row, b]) * 1e6
             print(
                 f"{model_name:7} {row:28} {b:5d} {statistics.median(samples[row, b]) * 1e6:9.1f} {span(us, 1):>15} "
                 f"{ratio:8.2f} {slab_bytes(runtimes[row]):>9}"
             )
-
-
-if __name__ == "__main__":
-    main()
+    return figures

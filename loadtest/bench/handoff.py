@@ -1,6 +1,6 @@
 """What handing a request to a worker thread costs, measured through the real server.
 
-    python -m loadtest.bench_handoff [--seconds 8] [--repeats 2]
+    python -m loadtest.bench handoff [--seconds 8] [--repeats 2] [--in-process-only]
 
 Needs ``wrk`` (Debian: ``apt-get install wrk``). Starts ``inferpool serve`` on 127.0.0.1 once
 per variant and drives ``POST /predict`` (one digits sample) at 1 and 8 connections. Variants
@@ -28,6 +28,7 @@ import numpy as np
 
 from inferpool.engine import RuntimeOptions, ServedModel
 from inferpool.harness.server import run_server, wait_ready
+from loadtest.bench import case_parser
 
 SAMPLE = np.random.default_rng(0).integers(0, 17, size=(1, 8, 8)).tolist()
 VARIANTS: dict[str, list[str]] = {
@@ -77,15 +78,24 @@ def in_process(seconds: float = 2.0) -> dict[str, float]:
     return figures
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def handoff_parser() -> argparse.ArgumentParser:
+    parser = case_parser("handoff", __doc__)
     parser.add_argument("--seconds", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=2)
-    args = parser.parse_args()
-    if shutil.which("wrk") is None:
+    parser.add_argument("--in-process-seconds", type=float, default=2.0, help="per dispatch mode, no HTTP")
+    parser.add_argument("--in-process-only", action="store_true", help="only the in-process figures (no wrk)")
+    return parser
+
+
+def handoff(argv: list[str] | None = None) -> dict[str, float]:
+    args = handoff_parser().parse_args(argv)
+    if not args.in_process_only and shutil.which("wrk") is None:
         sys.exit("wrk is not installed: apt-get install wrk")
-    for name, value in in_process().items():
+    figures = in_process(args.in_process_seconds)
+    for name, value in figures.items():
         print(f"{name:40} {value:8.1f} µs (median)")
+    if args.in_process_only:
+        return figures
     work = Path(tempfile.mkdtemp(prefix="inferpool-bench-"))
     script = work / "post.lua"
     body = json.dumps({"inputs": SAMPLE})
@@ -110,7 +120,4 @@ def main() -> None:
             for key, digits in (("rps", 0), ("p50_ms", 2), ("p99_ms", 2))
         ]
         print(f"{name:40} {connections:5} {cells[0]:>16} {cells[1]:>12} {cells[2]:>12}")
-
-
-if __name__ == "__main__":
-    main()
+    return figures

@@ -1,6 +1,6 @@
 """AOTInductor (minimal ArrayRef through ctypes, and PyTorch's loader) vs eager vs ONNX Runtime.
 
-    python -m loadtest.bench_aoti [--rounds N] [--calls N] [--models mlp digits] [--cache-dir DIR]
+    python -m loadtest.bench aoti [--rounds N] [--calls N] [--models mlp digits] [--cache-dir DIR]
 
 Per model and batch size, all rows in one process, interleaved round by round (the machine is
 noisy): median µs per ``runtime.run`` and 2-thread / 1-thread throughput (2.0 = perfect on 2
@@ -26,7 +26,8 @@ from inferpool.engine.backends.base import Runtime
 from inferpool.engine.spec import ModelSpec
 from inferpool.engine.threads import apply_thread_plan
 from inferpool.engine.zoo import digits, mlp
-from loadtest.bench_backends import PLAN, latencies, span, throughput
+from loadtest.bench import case_parser
+from loadtest.bench.backends import PLAN, latencies, span, throughput
 
 
 def wide() -> ModelSpec:
@@ -98,7 +99,7 @@ def rss_child(model: str, row: str, cache_dir: str) -> None:
 
 
 def measure_rss(model: str, row: str, cache_dir: str) -> str:
-    command = [sys.executable, "-m", "loadtest.bench_aoti", "--rss-child", model, row, "--cache-dir", cache_dir]
+    command = [sys.executable, "-m", "loadtest.bench", "aoti", "--rss-child", model, row, "--cache-dir", cache_dir]
     one, eight = map(float, subprocess.check_output(command, text=True).split()[-2:])
     each = (eight - one) / 7
     return f"{model:7} {row:13} 1 runtime {one:7.1f} MB   8 runtimes {eight:7.1f} MB   +{each:5.2f} MB each"
@@ -134,8 +135,8 @@ def overhead(cache_dir: str, rounds: int) -> None:
         print(f"{name:22} {statistics.median(values):7.1f} {span(values, 1):>15}")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def aoti_parser() -> argparse.ArgumentParser:
+    parser = case_parser("aoti", __doc__)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=300, help="calls per row per round at batch 1 (fewer above)")
     parser.add_argument("--models", nargs="+", default=["mlp", "digits"], choices=list(MODELS))
@@ -143,7 +144,11 @@ def main() -> None:
     parser.add_argument("--cache-dir", default="", help="compile cache ('' = the default, ~/.cache/inferpool)")
     parser.add_argument("--overhead", action="store_true", help="only the per-call Python overhead table")
     parser.add_argument("--rss-child", nargs=2, metavar=("MODEL", "ROW"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    return parser
+
+
+def aoti(argv: list[str] | None = None) -> None:
+    args = aoti_parser().parse_args(argv)
     if args.rss_child:
         model, row = args.rss_child
         rss_child(model, row, args.cache_dir)
@@ -189,7 +194,3 @@ def bench(model: str, runtimes: dict[str, list[Runtime]], inputs: dict[int, dict
             f"{row:13} {b:5d} {statistics.median(medians[row, b]):9.1f} {span(medians[row, b], 1):>19} "
             f"{statistics.median(ratios[row, b]):14.2f} {span(ratios[row, b], 2):>13}"
         )
-
-
-if __name__ == "__main__":
-    main()
