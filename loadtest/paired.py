@@ -67,6 +67,12 @@ def summary(concurrency: int, found: list[dict[str, Any]]) -> str:
     return f"| {concurrency} | {shown} | {len(steady)} of {len(found)} | {middle:.2f} | {lowest:.2f} |"
 
 
+def best_of(bare: BareEngine, rows: int, seconds: float) -> float:
+    """The bare engine's best throughput: every core on one-request calls, or batches of ``rows``
+    on one runtime as wide as the machine, each for half the window."""
+    return max(bare.every_core(seconds / 2), bare.batched(seconds / 2, rows))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workload", default="resnet50", choices=sorted(WORKLOADS))
@@ -76,6 +82,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None)
     floor = "the bare engine in the served windows too: the floor the machine's noise sets"
     parser.add_argument("--against-itself", action="store_true", help=floor)
+    best = "also time the bare engine's batches of N on every core: the bare rate above one connection is the larger"
+    parser.add_argument("--bare-batch", type=int, default=1, metavar="N", help=best)
     parser.add_argument("extra", nargs="*", help="more serve flags, after --")
     args = parser.parse_args()
     workload = WORKLOADS[args.workload]
@@ -90,6 +98,8 @@ def main() -> None:
             pid = server.process.pid
             for concurrency in levels:
                 bare_rate = bare_engine.one_stream if concurrency == 1 else bare_engine.every_core
+                if concurrency > 1 and args.bare_batch > 1:
+                    bare_rate = partial(best_of, bare_engine, args.bare_batch)
                 served_rate: Rate = partial(served_window, server.url, pid, payload, out, concurrency)
                 served_rate(2.0)  # a warm-up: every window after it opens its own connections anew
                 if args.against_itself:

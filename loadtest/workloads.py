@@ -19,6 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from inferpool.engine.backends.native_bf16 import native_bf16
 from inferpool.harness.payloads import IMAGE, PAYLOADS, SENTENCE, SENTENCES, Payload
 from inferpool.harness.server import REPO_ROOT, Command, inferpool_serve
 
@@ -62,10 +65,26 @@ MINILM_ENGINE = tuple(tomllib.loads(Path(MINILM).read_text())["runtime"].items()
 MINILM_OTHERS = (("InferPool onnxruntime fp32", ("--runtime.backend", "onnxruntime", "--runtime.precision", "fp32")),)
 """The previous minilm.toml (fp32 on onnxruntime), beside the shipped one."""
 
+BF16_ENGINE = (("backend", "openvino"), ("precision", "bf16"), ("precision_strict", True))
+RESNET_ENGINE = BF16_ENGINE if native_bf16()[0] else (("backend", "onnxruntime"),)
+"""What the defaults serve ResNet-50 with: OpenVINO bf16 where the CPU runs bf16 natively
+(``precision = "auto"``: 3.85x fp32 here), else onnxruntime fp32."""
+MINILM_PLAIN = (
+    "--model",
+    "inferpool.engine.zoo.minilm:build",
+    "--handler",
+    "inferpool.engine.zoo.minilm:MiniLMHandler",
+)
+"""MiniLM with no config file: the defaults choose its backend and precision."""
+
 WORKLOADS = {
     "resnet50": Workload(("--model", "loadtest.resnet:build"), "resnet50-v2-binary", (1, 4, 16), 1,
-                         "loadtest.resnet:build", peer="resnet50",
+                         "loadtest.resnet:build", peer="resnet50", engine=RESNET_ENGINE,
                          others=(("InferPool batch8", ("--runtime.max-batch-size", "8")),)),
+    "minilm16-plain": Workload(MINILM_PLAIN, "minilm16-json", (1, 4), 16, "inferpool.engine.zoo.minilm:build",
+                               "inferpool.engine.zoo.minilm:MiniLMHandler", peer="minilm", engine=MINILM_ENGINE),
+    "minilm1-plain": Workload(MINILM_PLAIN, "minilm-json", (1, 8, 32), 1, "inferpool.engine.zoo.minilm:build",
+                              "inferpool.engine.zoo.minilm:MiniLMHandler", peer="minilm", engine=MINILM_ENGINE),
     "minilm16": Workload(("--config", MINILM), "minilm16-json", (1, 4), 16, "inferpool.engine.zoo.minilm:build",
                          "inferpool.engine.zoo.minilm:MiniLMHandler", peer="minilm", engine=MINILM_ENGINE,
                          others=MINILM_OTHERS),
@@ -148,6 +167,11 @@ class BareEngine:
     def one_stream(self, seconds: float) -> float:
         """Requests/s of one stream of calls on a runtime as wide as the machine."""
         return calls_per_second(lambda: self.wide.call(self.arrays), seconds)
+
+    def batched(self, seconds: float, rows: int) -> float:
+        """Requests/s of one stream of ``rows``-request batches on the runtime as wide as the machine."""
+        batch = {name: np.ascontiguousarray(np.repeat(a, rows, axis=0)) for name, a in self.arrays.items()}
+        return rows * calls_per_second(lambda: self.wide.call(batch), seconds)
 
     def every_core(self, seconds: float) -> float:
         """Requests/s with every core busy, a single-thread runtime each."""
