@@ -35,7 +35,7 @@ def format_table(trials: Sequence[Trial], choice: Choice[Trial] | None = None) -
 
 
 def _precision(knobs: Knobs) -> str:
-    return "" if knobs.precision == "fp32" else f" {knobs.precision}"
+    return "" if knobs.precision in ("fp32", "auto") else f" {knobs.precision}"
 
 
 def _row(trial: Trial) -> str:

@@ -57,7 +57,7 @@ class Knobs:
     dispatch: str  # inline | threads | auto (with batching, which runs its own threads)
     max_batch_size: int = 1
     max_queue_delay_us: float = 500.0
-    precision: str = "fp32"
+    precision: str = "auto"
     accuracy_min_cosine: float = 0.99
     """With int8: the gate's bar. Trials of int8 start strict (refused when the gate fails), so
     a setting that fails it never serves, never measures and is never recommended."""
@@ -67,7 +67,7 @@ class Knobs:
         """The knobs as configured (``auto`` and 0 where the server is to choose)."""
         o = options
         return cls(o.backend, workers, o.num_runtimes, o.intra_op_threads, o.dispatch, o.max_batch_size,
-                   o.max_queue_delay_us)  # fmt: skip
+                   o.max_queue_delay_us, "fp32" if o.precision == "fp32" else "auto")  # fmt: skip
 
     def resolved(self, served: Mapping[str, Any]) -> Knobs:
         """As the server says it resolved them (GET /v2/models/{name}/config): ``auto``'s backend
@@ -90,8 +90,8 @@ class Knobs:
         ]  # fmt: skip
 
     def _precision_flags(self) -> list[str]:
-        if self.precision == "fp32":
-            return []
+        if self.precision in UNGATED:
+            return ["--runtime.precision", self.precision]
         return ["--runtime.precision", self.precision, "--runtime.precision-strict",
                 "--runtime.accuracy-min-cosine", f"{self.accuracy_min_cosine:g}"]  # fmt: skip
 
@@ -108,9 +108,14 @@ class Knobs:
         }
 
     def _precision_table(self) -> dict[str, object]:
-        if self.precision == "fp32":
-            return {}
+        if self.precision in UNGATED:
+            return {"precision": self.precision}
         return {"precision": self.precision, "precision_strict": True, "accuracy_min_cosine": self.accuracy_min_cosine}
+
+
+UNGATED = ("auto", "fp32")
+"""Precisions a trial passes as they are: ``auto`` decides bf16 by its own gate, fp32 has none; int8
+trials are strict at the tune's own bar (``accuracy_min_cosine``)."""
 
 
 @dataclass(frozen=True)

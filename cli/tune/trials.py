@@ -292,7 +292,7 @@ def served_config(port: int, model: str) -> dict[str, Any]:
 
 def label(knobs: Knobs) -> str:
     delay = f" {knobs.max_queue_delay_us:g}us" if knobs.max_batch_size > 1 else ""
-    precision = "" if knobs.precision == "fp32" else f" {knobs.precision}>={knobs.accuracy_min_cosine:g}"
+    precision = "" if knobs.precision in ("fp32", "auto") else f" {knobs.precision}>={knobs.accuracy_min_cosine:g}"
     return (f"{knobs.backend} x{knobs.workers}p x{knobs.num_runtimes}r x{knobs.intra_op_threads}t "
             f"{knobs.dispatch} b{knobs.max_batch_size}{delay}{precision}")  # fmt: skip
 
