@@ -5,7 +5,9 @@ metrics, and the one record per served model (``Served``). Entry points only dec
 encode, and no front end imports another: HTTP and gRPC both import this module.
 
 The count of requests inside the process (``Activity``) and its check (``Activity.full``) live
-here too: the HTTP middleware sheds at it before reading a body, gRPC before a call runs.
+here too: the HTTP middleware sheds at it before reading a body, gRPC before a call runs. A
+call's own bookkeeping (counted in and out once, its id, metrics and logs) is its ``Call``'s
+(service/calls.py).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from inferpool.engine.client import EngineClient, Prediction
-from inferpool.engine.errors import DeadlineBelowFloor, Overloaded
+from inferpool.engine.errors import DeadlineBelowFloor
 from inferpool.service.telemetry.logs import model_served
 from inferpool.service.telemetry.metrics import Inference, Labels, Metrics
 from inferpool.service.timing import below_floor, deadline
@@ -68,12 +70,12 @@ class Activity:
         limit = self.limit
         return limit if limit is not None and self.active >= limit else None
 
+    # The only two places the count changes: a call (service/calls.py) enters and leaves once.
     def enter(self) -> None:
-        """Counted in, or Overloaded when full (gRPC's door: its calls arrive whole)."""
-        limit = self.full()
-        if limit is not None:
-            raise Overloaded(shed_message(limit))
         self.active += 1
+
+    def leave(self) -> None:
+        self.active -= 1
 
 
 def shed_message(limit: int) -> str:
