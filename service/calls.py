@@ -11,7 +11,8 @@ A ``Call`` owns, exactly once per call, the bookkeeping each way in used to writ
 - its request id (``identify``), set for its logs with its model labels cleared (``begin``);
 - its start time, its status and its timings (``inference``);
 - its metrics, access log and span (``finish``, through the way in's ``_record``);
-- the status of a caller that left (``disconnected``): 499 over HTTP, CANCELLED over gRPC.
+- the status of a caller that left (``disconnected``): 499 over HTTP, CANCELLED over gRPC;
+- whether its answer closes the connection for the drain or a retirement (``closes``).
 
 An adapter only parses its wire, hands the front door a decoded request, and reports what it
 answered (``finish(status)``). A subclass per way in says how a finished call is recorded: by
@@ -87,6 +88,13 @@ class Call(Generic[S]):
     @property
     def was_answered(self) -> bool:
         return self._door >= ANSWERED
+
+    @property
+    def closes(self) -> bool:
+        """The process is draining or retiring: its HTTP answer says ``Connection: close`` (a
+        keep-alive client's next request then goes to a new connection, another replica, instead
+        of meeting a socket this process closes under it); its gRPC answer waits for GOAWAY."""
+        return self.activity.closing
 
     def identify(self, given: str | bytes | None, ids: Iterator[str]) -> str:
         """Its request id: the caller's own when fit to echo, else the next of ``ids``."""

@@ -16,7 +16,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from inferpool.engine.client import EngineClient, Prediction
 from inferpool.engine.errors import DeadlineBelowFloor
@@ -109,6 +109,13 @@ Encoder = Callable[[Served, Mapping[str, Any], C], T]
 """An entry point's encoding of a model's outputs (with what it decoded, ``C``)."""
 
 
+class ModelReadiness(NamedTuple):
+    name: str
+    version: str
+    """As v2 metadata gives it."""
+    ready: bool
+
+
 class FrontDoor:
     def __init__(self, host: ModelHost, metrics: Metrics, activity: Activity) -> None:
         self.host = host
@@ -131,6 +138,30 @@ class FrontDoor:
     def served(self) -> list[Served]:
         """Every version served, for a scrape."""
         return [self.of(model) for model in self.host.all_models()]
+
+    # What the front ends answer besides infer, as KServe's DataPlane does: REST's v2 routes and
+    # gRPC's methods ask the same questions here, so they cannot answer them differently.
+    @property
+    def live(self) -> bool:
+        """The process can serve at all (a failed load needs a restart)."""
+        return self.host.status.live
+
+    @property
+    def ready(self) -> bool:
+        return self.host.status.ready
+
+    def model_ready(self, name: str, version: str | None = None) -> ModelReadiness:
+        """Whether the model ``name`` at ``version`` (its latest without) takes requests whichever
+        serving process gets them; NotReady while not serving, 404 for a model or version not served."""
+        host = self.host
+        model = host.get(name, version)
+        return ModelReadiness(model.name, host.version_of(model), host.ready(model))
+
+    def model_metadata(self, name: str, version: str | None = None) -> dict[str, Any]:
+        """The model's v2 metadata (its inputs and outputs); NotReady, or 404, as ``model_ready``."""
+        host = self.host
+        model = host.get(name, version)
+        return metadata(model.name, model.schema, host.version_of(model), model.info.handler)
 
     def resolve(self, name: str | None = None, version: str | None = None) -> Served:
         """The model by name (the default one without) and version (the latest without);

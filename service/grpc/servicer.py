@@ -34,7 +34,6 @@ from inferpool.service.grpc.rpc_call import RpcCall
 from inferpool.service.grpc.status import Aborted, Refused, code_of, status_of
 from inferpool.service.processes.supervisor_channel import Control
 from inferpool.service.telemetry.observe import Observer
-from inferpool.service.v2.codec import metadata
 
 log = logging.getLogger(__name__)
 SERVICE = "inference.GRPCInferenceService"
@@ -138,7 +137,7 @@ class Servicer:
                 await context.abort_with_status(status)
             finally:
                 call.finish(code)
-                if activity.closing and not self.host.draining:
+                if call.closes and not self.host.draining:
                     # Retired (service/processes/retiring_server.py): the front end's stop has
                     # begun sending GOAWAY, from gRPC's own threads. This answer waits for it: a
                     # client that reads its answer first sends its next call on this connection,
@@ -204,26 +203,26 @@ class Servicer:
         finally:
             call.finish(code)
 
+    # Readiness and metadata are the front door's answers (as REST's v2 routes give them).
     async def server_live(self, request: pb.ServerLiveRequest, context: Any) -> pb.ServerLiveResponse:
-        return pb.ServerLiveResponse(live=self.host.status.live)
+        return pb.ServerLiveResponse(live=self.door.live)
 
     async def server_ready(self, request: pb.ServerReadyRequest, context: Any) -> pb.ServerReadyResponse:
-        return pb.ServerReadyResponse(ready=self.host.status.ready)
+        return pb.ServerReadyResponse(ready=self.door.ready)
 
     async def model_ready(self, request: pb.ModelReadyRequest, context: Any) -> pb.ModelReadyResponse:
         # As REST's /v2/models/{name}[/versions/{v}]/ready: an unknown model is NOT_FOUND.
         try:
-            model = self.host.get(request.name, request.version or None)
+            found = self.door.model_ready(request.name, request.version or None)
         except NotReady:
             return pb.ModelReadyResponse(ready=False)
-        return pb.ModelReadyResponse(ready=self.host.ready(model))
+        return pb.ModelReadyResponse(ready=found.ready)
 
     async def server_metadata(self, request: pb.ServerMetadataRequest, context: Any) -> pb.ServerMetadataResponse:
         return pb.ServerMetadataResponse(name="inferpool", version=self.version)
 
     async def model_metadata(self, request: pb.ModelMetadataRequest, context: Any) -> pb.ModelMetadataResponse:
-        model = self.host.get(request.name, request.version or None)
-        found = metadata(model.name, model.schema, self.host.version_of(model), model.info.handler)
+        found = self.door.model_metadata(request.name, request.version or None)
         response = pb.ModelMetadataResponse(name=found["name"], versions=found["versions"], platform=found["platform"])
         for field in ("inputs", "outputs"):
             for tensor in found[field]:

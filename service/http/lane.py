@@ -300,7 +300,7 @@ class Lane:
         for name, value in protocol.server_state.default_headers:
             head += (name, b": ", value, b"\r\n")
         head += (b"content-type: ", content_type, b"\r\ncontent-length: %d\r\n" % len(body))
-        closes = not request.keep_alive or self.activity.closing
+        closes = not request.keep_alive or request.closes
         said = False  # whether the route's headers name the connection's fate (a 503 NotReady closes)
         for name, value in extra:
             if name == b"connection":

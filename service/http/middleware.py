@@ -26,7 +26,7 @@ from inferpool.service.calls import HttpCall
 from inferpool.service.frontdoor import Activity, request_ids, shed_message
 from inferpool.service.http.protocol import CLIENT_LEFT
 from inferpool.service.telemetry.metrics import Metrics
-from inferpool.service.telemetry.observe import INFERENCE, Observer
+from inferpool.service.telemetry.observe import INFERENCE, Observer, Watch
 
 STARTED = "inferpool.started"  # scope keys the /predict route reads and writes (and INFERENCE)
 HEADER_MAP = "inferpool.headers"  # scope key: header_map's, with the header list it was built from
@@ -64,14 +64,15 @@ class AsgiCall(HttpCall):
     __slots__ = ("gone", "observer", "receive", "scope", "send", "status", "watch")
 
     def __init__(
-        self, context: RequestContext, scope: Scope, receive: Receive, send: Send, started: float
+        self, context: RequestContext, scope: Scope, receive: Receive, send: Send, started: float,
     ) -> None:  # fmt: skip
         HttpCall.__init__(self, context.activity, context.metrics, started, "unmatched")
         self.scope = scope
         self.receive = receive
         self.send = send
-        self.observer = observer = context.observer
-        self.watch = None if observer is None else observer.watch(scope)
+        self.observer = context.observer
+        self.watch: Watch | None = None
+        """Its bytes (and sampled bodies) for the observer; None when there is none."""
         self.status = 500
         """What its answer said (500 until it says)."""
         self.gone = False
@@ -94,7 +95,7 @@ class AsgiCall(HttpCall):
         if message["type"] == "http.response.start":
             self.status = message["status"]
             headers = message["headers"] = [*message.get("headers", ()), (b"x-request-id", self.rid.encode())]
-            if self.activity.closing and all(name.lower() != b"connection" for name, _ in headers):
+            if self.closes and all(name.lower() != b"connection" for name, _ in headers):
                 headers.append(CLOSE)
         elif not message.get("more_body", False):
             self.answered()
@@ -137,13 +138,18 @@ class RequestContext:
         rid = call.identify(header_map(scope).get(b"x-request-id"), self._ids)
         limit = self.activity.full()
         path = scope["path"]
+        observer = self.observer
         if limit is not None and not _never_shed(path):
-            await self._shed(send, rid, limit, self.activity.closing, path)
+            await self._shed(send, rid, limit, call.closes, path)
             self.metrics.observe_error("load_shed")
-            call.route, call.watch = "shed", None if self.observer is None else self.observer.watch({})
+            call.route = "shed"
+            if observer is not None:
+                call.watch = observer.watch({})
             call.begin()
             call.finish(503)
             return
+        if observer is not None:
+            call.watch = observer.watch(scope)
         call.begin()
         try:
             await self.app(scope, receive if scope["method"] == "GET" else call.counting_receive, call.send_with_id)
