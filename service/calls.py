@@ -3,13 +3,14 @@ lane, the ASGI middleware, the gRPC method wrapper, native gRPC's inline calls) 
 
 A ``Call`` owns, exactly once per call, the bookkeeping each way in used to write for itself:
 
-- the door count (``Activity``): counted in once (``enter``, or ``admit`` where the door's limit
-  is checked at the same time), counted out once (``answered``, or at the latest ``finish``);
-  no other code changes ``Activity.active``, so a call can be neither counted out twice nor left
-  counted in, whatever order its answer, its client's leaving and its task's end come in (the
-  class of bug 6c18bf8 had to fix in four files at once);
+- the door count (``Activity.active``), in both directions: counted in once (``enter``, or
+  ``admit`` where the door's limit is checked at the same time), counted out once (``answered``,
+  or at the latest ``finish``). No other code changes the count (``enter`` and ``answered`` are
+  its only two writes), so a call can be neither counted out twice nor left counted in, whatever
+  order its answer, its client's leaving and its task's end come in: the class of bug 6c18bf8 had
+  to fix in four files at once;
 - its request id (``identify``), set for its logs with its model labels cleared (``begin``);
-- its start time, its status and its timings (``inference``);
+- its start time, its metrics label (``label``), its status and its timings (``inference``);
 - its metrics, access log and span (``finish``, through the way in's ``_record``);
 - the status of a caller that left (``disconnected``): 499 over HTTP, CANCELLED over gRPC;
 - whether its answer closes the connection for the drain or a retirement (``closes``).
@@ -43,15 +44,18 @@ class Call(Generic[S]):
     (``time.perf_counter()``): the adapter passes the instant its wire's request began, so that
     its timing covers what it did before the call existed."""
 
-    __slots__ = ("_door", "activity", "disconnected", "inference", "metrics", "rid", "started")
+    __slots__ = ("_door", "activity", "disconnected", "inference", "label", "metrics", "rid", "started")
 
     LEFT: S
     """The status a call whose caller left is counted under (each way in's class sets it)."""
 
-    def __init__(self, activity: Activity, metrics: Metrics, started: float) -> None:
+    def __init__(self, activity: Activity, metrics: Metrics, started: float, label: str) -> None:
         self.activity = activity
         self.metrics = metrics
         self.started = started
+        self.label = label
+        """What its metrics count it under: an HTTP route's template (never the raw path: raw
+        paths would be unbounded labels), a gRPC method's name."""
         self.rid = "-"
         self.inference: Inference | None = None
         """The model call's phases, once the front door has them (metrics, Server-Timing, logs)."""
@@ -73,7 +77,7 @@ class Call(Generic[S]):
         """Counted in at the door (once; never after its answer)."""
         if self._door == NEW:
             self._door = INSIDE
-            self.activity.enter()
+            self.activity.active += 1
 
     def answered(self) -> None:
         """Its answer is complete: counted out now, not when its task ends (the client may
@@ -83,7 +87,7 @@ class Call(Generic[S]):
         if door < ANSWERED:
             self._door = ANSWERED
             if door == INSIDE:
-                self.activity.leave()
+                self.activity.active -= 1
 
     @property
     def was_answered(self) -> bool:
@@ -124,14 +128,8 @@ class Call(Generic[S]):
 class HttpCall(Call[int]):
     """An HTTP request: its metrics by route template and status (``inferpool_requests_total``)."""
 
-    __slots__ = ("route",)
+    __slots__ = ()
     LEFT = CLIENT_CLOSED
 
-    def __init__(self, activity: Activity, metrics: Metrics, started: float, route: str) -> None:
-        Call.__init__(self, activity, metrics, started)
-        self.route = route
-        """The request metrics' label: the route template, never the raw path (raw paths would be
-        unbounded labels)."""
-
     def _record(self, status: int, ended: float) -> None:
-        self.metrics.observe_request(self.route, status, ended - self.started, self.inference)
+        self.metrics.observe_request(self.label, status, ended - self.started, self.inference)

@@ -44,6 +44,7 @@ class Activity:
 
     def __init__(self) -> None:
         self.active = 0
+        """Changed only by the calls themselves (service/calls.py: ``Call.enter``, ``Call.answered``)."""
         self.limit: int | None = None
         """Most requests inside the process before new ones are shed at the door; None while
         the models load."""
@@ -69,13 +70,6 @@ class Activity:
         sheds the new one), else None: the one check both front ends make."""
         limit = self.limit
         return limit if limit is not None and self.active >= limit else None
-
-    # The only two places the count changes: a call (service/calls.py) enters and leaves once.
-    def enter(self) -> None:
-        self.active += 1
-
-    def leave(self) -> None:
-        self.active -= 1
 
 
 def shed_message(limit: int) -> str:

@@ -25,15 +25,14 @@ CANCELLED = "CANCELLED"
 
 
 class RpcCall(Call[str]):
-    __slots__ = ("context", "name", "observer", "request", "response")
+    __slots__ = ("context", "observer", "request", "response")
     LEFT = CANCELLED  # the caller went away or its deadline passed
 
     def __init__(
         self, activity: Activity, metrics: Metrics, started: float, name: str, request: Any, context: Any,
         observer: Observer | None,
     ) -> None:  # fmt: skip
-        Call.__init__(self, activity, metrics, started)
-        self.name = name
+        Call.__init__(self, activity, metrics, started, name)
         self.request = request
         self.context = context
         """The front end's own context for the call (grpc.aio's, or ``native.Context``)."""
@@ -64,8 +63,8 @@ class RpcCall(Call[str]):
 
     def _record(self, status: str, ended: float) -> None:
         inference = self.inference
-        self.metrics.observe_rpc(self.name, status, ended - self.started, inference)
+        self.metrics.observe_rpc(self.label, status, ended - self.started, inference)
         observer = self.observer
         if observer is not None:
             metadata = self.context.invocation_metadata() or ()
-            observer.rpc(self.name, status, metadata, self.started, ended, inference, self.request, self.response)
+            observer.rpc(self.label, status, metadata, self.started, ended, inference, self.request, self.response)

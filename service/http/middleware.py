@@ -109,15 +109,14 @@ class AsgiCall(HttpCall):
         scope = self.scope
         if (self.gone and not self.was_answered) or CLIENT_LEFT in scope:
             self.disconnected = True
-        # The route template, never the raw path: raw paths would be unbounded labels.
-        self.route = getattr(scope.get("route"), "path", "unmatched")
+        self.label = getattr(scope.get("route"), "path", "unmatched")
         self.inference = scope.get(INFERENCE)
         self.finish(self.status)
 
     def _record(self, status: int, ended: float) -> None:
         HttpCall._record(self, status, ended)
         if self.observer is not None and self.watch is not None:
-            self.observer.http(self.scope, self.watch, self.route, status, self.started, ended)
+            self.observer.http(self.scope, self.watch, self.label, status, self.started, ended)
 
 
 class RequestContext:
@@ -142,7 +141,7 @@ class RequestContext:
         if limit is not None and not _never_shed(path):
             await self._shed(send, rid, limit, call.closes, path)
             self.metrics.observe_error("load_shed")
-            call.route = "shed"
+            call.label = "shed"
             if observer is not None:
                 call.watch = observer.watch({})
             call.begin()

@@ -89,8 +89,9 @@ def test_a_full_door_refuses_a_call_that_arrives_whole_and_counts_the_shed():
 
 def test_only_the_door_changes_its_count():
     # Issue 56: the count was changed at seven sites in three files, and one fix (6c18bf8) had to
-    # correct four files at once. Activity.enter and Activity.leave are the only two now; every
-    # way in goes through its Call (tests set the count directly: they are not service/).
+    # correct four files at once. Call.enter and Call.answered are the only two now; every
+    # way in goes through its Call, which owns both directions (tests set the count directly: they
+    # are not service/).
     def sites(pattern: str) -> list[str]:
         found = re.compile(pattern)
         return [
@@ -101,5 +102,5 @@ def test_only_the_door_changes_its_count():
         ]
 
     changed = sites(r"\.active\s*[-+]=")
-    assert [site.split(":")[0] for site in changed] == ["frontdoor.py"] * 2, changed
+    assert [site.split(":")[0] for site in changed] == ["calls.py"] * 2, changed
     assert [site.split(":")[0] for site in sites(r"\.active\s*=(?!=)")] == ["frontdoor.py"]  # its start at 0
