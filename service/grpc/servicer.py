@@ -26,7 +26,7 @@ from inferpool.engine.errors import NotReady
 from inferpool.service import frontdoor
 from inferpool.service.auth import ApiKey
 from inferpool.service.errors import ErrorAnswer, answer_for
-from inferpool.service.frontdoor import FrontDoor, Pairs, request_ids
+from inferpool.service.frontdoor import FrontDoor, request_ids
 from inferpool.service.grpc import inference_pb2 as pb
 from inferpool.service.grpc import tensors
 from inferpool.service.grpc.repository import Repository
@@ -124,7 +124,7 @@ class Servicer:
             call = RpcCall(activity, metrics, time.perf_counter(), name, request, context, observer)
             code = "OK"
             try:
-                self._authorize(path, context.invocation_metadata() or ())
+                self._authorize(path, context)
                 if admitted:
                     call.admit()
                 response = call.response = await method(request, call)
@@ -147,11 +147,11 @@ class Servicer:
 
         return handle
 
-    def _authorize(self, path: str | None, metadata: Pairs) -> None:
+    def _authorize(self, path: str | None, context: Any) -> None:
         """Refused (UNAUTHENTICATED) unless the key rule admits a call for ``path`` (its exempt
-        REST twin; None: it has none) with this metadata: both ways in check here."""
+        REST twin; None: it has none) with its context's metadata: both ways in check here."""
         auth = self.auth
-        if auth is not None and not auth.admits(path, metadata):
+        if auth is not None and not auth.admits(path, context.invocation_metadata() or ()):
             self.metrics.observe_error("auth")
             raise Refused(UNAUTHENTICATED)
 
@@ -187,7 +187,7 @@ class Servicer:
         call = RpcCall(self.activity, self.metrics, started, "ModelInfer", request, context, None)
         code = "OK"
         try:
-            self._authorize(None, context.invocation_metadata() or ())
+            self._authorize(None, context)
             call.admit()
             rid = call.identify_caller(self._ids)
             decoded = tensors.decode(request, served.expected())
