@@ -9,7 +9,9 @@ wake-up, all those whose bodies completed in it, in order (no task each; the pha
 under ASGI: every ready socket read, then every request run); any other model's on a task.
 Everything else (other routes, chunked or compressed bodies, CORS, a wrong API key, a full door,
 telemetry on) goes the ASGI way unchanged. Which way answered is invisible to the client: the
-same status, body and headers (tests/integration/service/test_lane.py compares them).
+same status, body and headers (tests/integration/service/test_lane.py compares them), and the
+same bookkeeping: each request is its own ``Call`` (service/calls.py), counted in and out of the
+door, identified and recorded there as an ASGI request is.
 
 The request stands in for uvicorn's cycle on its connection (``LaneRequest`` has the cycle's
 fields uvicorn and this package read), so keep-alive, pipelining behind it, the graceful
