@@ -5,7 +5,9 @@ metrics, and the one record per served model (``Served``). Entry points only dec
 encode, and no front end imports another: HTTP and gRPC both import this module.
 
 The count of requests inside the process (``Activity``) and its check (``Activity.full``) live
-here too: the HTTP middleware sheds at it before reading a body, gRPC before a call runs.
+here too: the HTTP middleware sheds at it before reading a body, gRPC before a call runs. A
+call's own bookkeeping (counted in and out once, its id, metrics and logs) is its ``Call``'s
+(service/calls.py).
 """
 
 from __future__ import annotations
@@ -14,10 +16,10 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from inferpool.engine.client import EngineClient, Prediction
-from inferpool.engine.errors import DeadlineBelowFloor, Overloaded
+from inferpool.engine.errors import DeadlineBelowFloor
 from inferpool.service.telemetry.logs import model_served
 from inferpool.service.telemetry.metrics import Inference, Labels, Metrics
 from inferpool.service.timing import below_floor, deadline
@@ -42,6 +44,7 @@ class Activity:
 
     def __init__(self) -> None:
         self.active = 0
+        """Changed only by the calls themselves (service/calls.py: ``Call.enter``, ``Call.answered``)."""
         self.limit: int | None = None
         """Most requests inside the process before new ones are shed at the door; None while
         the models load."""
@@ -67,13 +70,6 @@ class Activity:
         sheds the new one), else None: the one check both front ends make."""
         limit = self.limit
         return limit if limit is not None and self.active >= limit else None
-
-    def enter(self) -> None:
-        """Counted in, or Overloaded when full (gRPC's door: its calls arrive whole)."""
-        limit = self.full()
-        if limit is not None:
-            raise Overloaded(shed_message(limit))
-        self.active += 1
 
 
 def shed_message(limit: int) -> str:
@@ -107,6 +103,13 @@ Encoder = Callable[[Served, Mapping[str, Any], C], T]
 """An entry point's encoding of a model's outputs (with what it decoded, ``C``)."""
 
 
+class ModelReadiness(NamedTuple):
+    name: str
+    version: str
+    """As v2 metadata gives it."""
+    ready: bool
+
+
 class FrontDoor:
     def __init__(self, host: ModelHost, metrics: Metrics, activity: Activity) -> None:
         self.host = host
@@ -129,6 +132,30 @@ class FrontDoor:
     def served(self) -> list[Served]:
         """Every version served, for a scrape."""
         return [self.of(model) for model in self.host.all_models()]
+
+    # What the front ends answer besides infer, as KServe's DataPlane does: REST's v2 routes and
+    # gRPC's methods ask the same questions here, so they cannot answer them differently.
+    @property
+    def live(self) -> bool:
+        """The process can serve at all (a failed load needs a restart)."""
+        return self.host.status.live
+
+    @property
+    def ready(self) -> bool:
+        return self.host.status.ready
+
+    def model_ready(self, name: str, version: str | None = None) -> ModelReadiness:
+        """Whether the model ``name`` at ``version`` (its latest without) takes requests whichever
+        serving process gets them; NotReady while not serving, 404 for a model or version not served."""
+        host = self.host
+        model = host.get(name, version)
+        return ModelReadiness(model.name, host.version_of(model), host.ready(model))
+
+    def model_metadata(self, name: str, version: str | None = None) -> dict[str, Any]:
+        """The model's v2 metadata (its inputs and outputs); NotReady, or 404, as ``model_ready``."""
+        host = self.host
+        model = host.get(name, version)
+        return metadata(model.name, model.schema, host.version_of(model), model.info.handler)
 
     def resolve(self, name: str | None = None, version: str | None = None) -> Served:
         """The model by name (the default one without) and version (the latest without);

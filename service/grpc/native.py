@@ -46,11 +46,9 @@ from google.protobuf.message import DecodeError
 from grpc_health.v1 import health_pb2
 from pygrpc_native import EVENT_CANCEL, NativeGrpcFront
 
-from inferpool.engine.client import request_id
 from inferpool.service.grpc.servicer import SERVICE, Servicer
 from inferpool.service.grpc.status import Aborted
 from inferpool.service.grpc.wakeups import threads_batch_scheduled
-from inferpool.service.telemetry.logs import model_served
 
 if TYPE_CHECKING:  # the host loads models (torch); this only reads its readiness
     from inferpool.service.models.host import ModelHost
@@ -106,9 +104,6 @@ class NativeFrontEnd:
         self._paths = [f"/{SERVICE}/{name}" for name in served] + [HEALTH + "Check", HEALTH + "Watch"]
         self._served = list(served.items())
         self._infer = list(served).index("ModelInfer") if "ModelInfer" in served else -1
-        # What an answer in the batch sets (its request id, its model's labels) must not stay in
-        # the batch's context for the tasks made after it.
-        self._context = contextvars.Context()
         self._front: NativeGrpcFront | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._receiver: threading.Thread | None = None
@@ -182,7 +177,9 @@ class NativeFrontEnd:
                     request = None
                     if method_id == self._infer:
                         try:
-                            request = self._context.run(self._infer_now, front, call_id, payload, context)
+                            # In a context of its own: what its call sets (its request id, its model's
+                            # labels) must reach neither the calls after it in the batch nor their tasks.
+                            request = contextvars.Context().run(self._infer_now, front, call_id, payload, context)
                         except Exception:  # a bug here must not strand the calls after it in the batch
                             log.exception("answering a gRPC ModelInfer in its batch failed")
                             front.fail(call_id, grpc.StatusCode.INTERNAL.value[0], INTERNAL)
@@ -203,8 +200,6 @@ class NativeFrontEnd:
         """A ModelInfer answered now, in the batch (no task), when its model runs inline
         (``Servicer.infer_now``); else its decoded request, for the task's way."""
         _, served = self._served[self._infer]
-        request_id.set("-")  # until this call's is known: not the last call's, in its logs
-        model_served.set(None)
         try:
             request = served.request.FromString(payload)
         except DecodeError:  # as grpcio answers a request it cannot deserialize

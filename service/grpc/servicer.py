@@ -1,8 +1,9 @@
 """The v2 gRPC methods, on the same host, engine client, door and error table as REST.
 
-Each method is wrapped once (``Servicer.handler``): the API key is checked (by the rule HTTP
-applies: service/auth.py), the call is timed and counted by method and status code, and any
-error becomes its gRPC status at that one place (service/grpc/status.py). ModelInfer and
+Each method is wrapped once (``Servicer.handler``), an adapter to its call's envelope
+(service/grpc/rpc_call.py, service/calls.py): the API key is checked (by the rule HTTP applies:
+service/auth.py), the call is timed and counted by method and status code, and any error becomes
+its gRPC status at that one place (service/grpc/status.py). ModelInfer and
 the repository methods (service/grpc/repository.py) come in through the door HTTP's POSTs use
 (the ``Activity`` count, so shedding, the drain and a retiring process see both front ends).
 ModelInfer only decodes and encodes: the front door (service/frontdoor.py) resolves its model
@@ -17,32 +18,27 @@ import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from contextvars import ContextVar
 from typing import Any, NamedTuple
 
 import grpc
 
-from inferpool.engine.client import request_id
-from inferpool.engine.errors import NotReady, Overloaded
+from inferpool.engine.errors import NotReady
 from inferpool.service import frontdoor
 from inferpool.service.auth import ApiKey
 from inferpool.service.errors import ErrorAnswer, answer_for
-from inferpool.service.frontdoor import FrontDoor, client_request_id, request_ids
+from inferpool.service.frontdoor import FrontDoor, request_ids
 from inferpool.service.grpc import inference_pb2 as pb
 from inferpool.service.grpc import tensors
 from inferpool.service.grpc.repository import Repository
+from inferpool.service.grpc.rpc_call import RpcCall
 from inferpool.service.grpc.status import Aborted, Refused, code_of, status_of
 from inferpool.service.processes.supervisor_channel import Control
-from inferpool.service.telemetry.metrics import Inference
 from inferpool.service.telemetry.observe import Observer
-from inferpool.service.v2.codec import metadata
 
 log = logging.getLogger(__name__)
 SERVICE = "inference.GRPCInferenceService"
-# The context is grpc.aio's or the native front end's (native.Context): the methods use only what both have.
+# A method's context is its call (rpc_call.RpcCall), which passes grpc.aio's context methods through.
 Method = Callable[[Any, Any], Awaitable[Any]]
-# Set by a ModelInfer that ran the model, read by its wrapper (the same task, so the same context).
-_inference: ContextVar[Inference | None] = ContextVar("grpc_inference", default=None)
 
 
 class Served(NamedTuple):
@@ -80,30 +76,28 @@ class Servicer:
 
     def methods(self) -> dict[str, Served]:
         """Every v2 method by name, behind the key check, the metrics and the error boundary:
-        the one table both front ends serve (service/grpc/server.py, native.py)."""
+        the one table both front ends serve (service/grpc/server.py, native.py). Those that come
+        in through the door (admitted: counted while they run, refused when the process holds its
+        limit already) are ModelInfer and the repository's."""
         repository = self.repository
-        methods: dict[str, tuple[Method, Any, Any]] = {
-            "ServerLive": (self.server_live, pb.ServerLiveRequest, pb.ServerLiveResponse),
-            "ServerReady": (self.server_ready, pb.ServerReadyRequest, pb.ServerReadyResponse),
-            "ModelReady": (self.model_ready, pb.ModelReadyRequest, pb.ModelReadyResponse),
-            "ServerMetadata": (self.server_metadata, pb.ServerMetadataRequest, pb.ServerMetadataResponse),
-            "ModelMetadata": (self.model_metadata, pb.ModelMetadataRequest, pb.ModelMetadataResponse),
-            "ModelInfer": (self.admitted(self.model_infer), pb.ModelInferRequest, pb.ModelInferResponse),
-            "RepositoryIndex": (self.admitted(repository.index), pb.RepositoryIndexRequest, pb.RepositoryIndexResponse),
+        methods: dict[str, tuple[Method, bool, Any, Any]] = {
+            "ServerLive": (self.server_live, False, pb.ServerLiveRequest, pb.ServerLiveResponse),
+            "ServerReady": (self.server_ready, False, pb.ServerReadyRequest, pb.ServerReadyResponse),
+            "ModelReady": (self.model_ready, False, pb.ModelReadyRequest, pb.ModelReadyResponse),
+            "ServerMetadata": (self.server_metadata, False, pb.ServerMetadataRequest, pb.ServerMetadataResponse),
+            "ModelMetadata": (self.model_metadata, False, pb.ModelMetadataRequest, pb.ModelMetadataResponse),
+            "ModelInfer": (self.model_infer, True, pb.ModelInferRequest, pb.ModelInferResponse),
+            "RepositoryIndex": (repository.index, True, pb.RepositoryIndexRequest, pb.RepositoryIndexResponse),
             "RepositoryModelLoad": (
-                self.admitted(repository.load),
-                pb.RepositoryModelLoadRequest,
-                pb.RepositoryModelLoadResponse,
+                repository.load, True, pb.RepositoryModelLoadRequest, pb.RepositoryModelLoadResponse
             ),
             "RepositoryModelUnload": (
-                self.admitted(repository.unload),
-                pb.RepositoryModelUnloadRequest,
-                pb.RepositoryModelUnloadResponse,
+                repository.unload, True, pb.RepositoryModelUnloadRequest, pb.RepositoryModelUnloadResponse
             ),
-        }
+        }  # fmt: skip
         return {
-            name: Served(self.handler(name, method), request, response)
-            for name, (method, request, response) in methods.items()
+            name: Served(self.handler(name, method, admitted), request, response)
+            for name, (method, admitted, request, response) in methods.items()
         }
 
     def handlers(self) -> grpc.GenericRpcHandler:
@@ -120,33 +114,30 @@ class Servicer:
             },
         )
 
-    def handler(self, name: str, method: Method) -> Method:
-        """``method`` behind the key check, the metrics and the error boundary."""
-        auth, path = self.auth, REST_TWIN.get(name)
+    def handler(self, name: str, method: Method, admitted: bool) -> Method:
+        """``method`` behind the key check, the door (when ``admitted``), the metrics and the
+        error boundary: its call's envelope (rpc_call.RpcCall) is the method's context."""
+        path = REST_TWIN.get(name)
+        activity, metrics, observer = self.activity, self.metrics, self.observer
 
         async def handle(request: Any, context: Any) -> Any:
-            started = time.perf_counter()
+            call = RpcCall(activity, metrics, time.perf_counter(), name, request, context, observer)
             code = "OK"
-            response = None
             try:
-                if auth is not None and not auth.admits(path, context.invocation_metadata() or ()):
-                    self.metrics.observe_error("auth")
-                    raise Refused(UNAUTHENTICATED)
-                response = await method(request, context)
+                self._authorize(path, context)
+                if admitted:
+                    call.admit()
+                response = call.response = await method(request, call)
                 return response
             except asyncio.CancelledError:  # the caller went away or its deadline passed
-                code = "CANCELLED"
+                call.disconnected = True
                 raise
             except Exception as exc:  # noqa: BLE001 -- every error becomes a status here (_failure logs a bug)
                 code, status = self._failure(name, exc)
                 await context.abort_with_status(status)
             finally:
-                ended = time.perf_counter()
-                self.metrics.observe_rpc(name, code, ended - started, _inference.get())
-                if self.observer is not None:
-                    metadata = context.invocation_metadata() or ()
-                    self.observer.rpc(name, code, metadata, started, ended, _inference.get(), request, response)
-                if self.activity.closing and not self.host.draining:
+                call.finish(code)
+                if call.closes and not self.host.draining:
                     # Retired (service/processes/retiring_server.py): the front end's stop has
                     # begun sending GOAWAY, from gRPC's own threads. This answer waits for it: a
                     # client that reads its answer first sends its next call on this connection,
@@ -155,6 +146,14 @@ class Servicer:
                     await asyncio.sleep(GOAWAY_SECONDS)
 
         return handle
+
+    def _authorize(self, path: str | None, context: Any) -> None:
+        """Refused (UNAUTHENTICATED) unless the key rule admits a call for ``path`` (its exempt
+        REST twin; None: it has none) with its context's metadata: both ways in check here."""
+        auth = self.auth
+        if auth is not None and not auth.admits(path, context.invocation_metadata() or ()):
+            self.metrics.observe_error("auth")
+            raise Refused(UNAUTHENTICATED)
 
     def _failure(self, name: str, exc: Exception) -> tuple[str, grpc.Status]:
         """The error's status, and its code's name for the metrics: the one mapping of both ways in."""
@@ -185,95 +184,61 @@ class Servicer:
         if not served.model.inline:
             return None
         started = time.perf_counter()
-        code, inference = "OK", None
+        call = RpcCall(self.activity, self.metrics, started, "ModelInfer", request, context, None)
+        code = "OK"
         try:
-            if self.auth is not None and not self.auth.admits(None, context.invocation_metadata() or ()):
-                self.metrics.observe_error("auth")
-                raise Refused(UNAUTHENTICATED)
-            self._enter()
-            try:
-                rid = self._request_id(request, context)
-                decoded = tensors.decode(request, served.expected())
-                response, inference = self.door.infer_inline(
-                    served, decoded.inputs, _encode, (request.id, decoded.outputs), received=started,
-                    parsed=time.perf_counter(), rid=rid, timeout_ms=decoded.timeout_ms,
-                    remaining=context.time_remaining(),
-                )  # fmt: skip
-            finally:
-                self.activity.active -= 1
+            self._authorize(None, context)
+            call.admit()
+            rid = call.identify_caller(self._ids)
+            decoded = tensors.decode(request, served.expected())
+            response, call.inference = self.door.infer_inline(
+                served, decoded.inputs, _encode, (request.id, decoded.outputs), received=started,
+                parsed=time.perf_counter(), rid=rid, timeout_ms=decoded.timeout_ms,
+                remaining=context.time_remaining(),
+            )  # fmt: skip
             return response
         except Exception as exc:  # noqa: BLE001 -- every error becomes a status, as in the wrapper
             code, status = self._failure("ModelInfer", exc)
             raise Aborted(status) from None
         finally:
-            self.metrics.observe_rpc("ModelInfer", code, time.perf_counter() - started, inference)
+            call.finish(code)
 
+    # Readiness and metadata are the front door's answers (as REST's v2 routes give them).
     async def server_live(self, request: pb.ServerLiveRequest, context: Any) -> pb.ServerLiveResponse:
-        return pb.ServerLiveResponse(live=self.host.status.live)
+        return pb.ServerLiveResponse(live=self.door.live)
 
     async def server_ready(self, request: pb.ServerReadyRequest, context: Any) -> pb.ServerReadyResponse:
-        return pb.ServerReadyResponse(ready=self.host.status.ready)
+        return pb.ServerReadyResponse(ready=self.door.ready)
 
     async def model_ready(self, request: pb.ModelReadyRequest, context: Any) -> pb.ModelReadyResponse:
         # As REST's /v2/models/{name}[/versions/{v}]/ready: an unknown model is NOT_FOUND.
         try:
-            model = self.host.get(request.name, request.version or None)
+            found = self.door.model_ready(request.name, request.version or None)
         except NotReady:
             return pb.ModelReadyResponse(ready=False)
-        return pb.ModelReadyResponse(ready=self.host.ready(model))
+        return pb.ModelReadyResponse(ready=found.ready)
 
     async def server_metadata(self, request: pb.ServerMetadataRequest, context: Any) -> pb.ServerMetadataResponse:
         return pb.ServerMetadataResponse(name="inferpool", version=self.version)
 
     async def model_metadata(self, request: pb.ModelMetadataRequest, context: Any) -> pb.ModelMetadataResponse:
-        model = self.host.get(request.name, request.version or None)
-        found = metadata(model.name, model.schema, self.host.version_of(model), model.info.handler)
+        found = self.door.model_metadata(request.name, request.version or None)
         response = pb.ModelMetadataResponse(name=found["name"], versions=found["versions"], platform=found["platform"])
         for field in ("inputs", "outputs"):
             for tensor in found[field]:
                 getattr(response, field).add(name=tensor["name"], datatype=tensor["datatype"], shape=tensor["shape"])
         return response
 
-    def admitted(self, method: Method) -> Method:
-        """``method`` behind the door: refused when the process holds its limit already, and
-        counted while it runs (a retiring process waits for it before it exits)."""
-        activity = self.activity
-
-        async def counted(request: Any, context: Any) -> Any:
-            self._enter()
-            try:
-                return await method(request, context)
-            finally:
-                activity.active -= 1
-
-        return counted
-
-    def _enter(self) -> None:
-        try:
-            self.activity.enter()
-        except Overloaded:
-            self.metrics.observe_error("load_shed")
-            raise
-
-    def _request_id(self, request: pb.ModelInferRequest, context: Any) -> str:
-        """The call's id (the caller's metadata, the request's own, or a new one), set for its
-        logs and sent back as trailing metadata."""
-        rid = client_request_id(context.invocation_metadata() or ()) or request.id or next(self._ids)
-        request_id.set(rid)
-        context.set_trailing_metadata((("x-request-id", rid),))
-        return rid
-
-    async def model_infer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
+    async def model_infer(self, request: pb.ModelInferRequest, call: RpcCall) -> pb.ModelInferResponse:
         received = time.perf_counter()
-        rid = self._request_id(request, context)
+        rid = call.identify_caller(self._ids)
         door = self.door
         served = door.resolve(request.model_name, request.model_version or None)
         decoded = tensors.decode(request, served.expected())
-        response, inference = await door.infer(
+        response, call.inference = await door.infer(
             served, decoded.inputs, _encode, (request.id, decoded.outputs), received=received,
-            parsed=time.perf_counter(), rid=rid, timeout_ms=decoded.timeout_ms, remaining=context.time_remaining(),
+            parsed=time.perf_counter(), rid=rid, timeout_ms=decoded.timeout_ms, remaining=call.time_remaining(),
         )  # fmt: skip
-        _inference.set(inference)
         return response
 
 

@@ -9,7 +9,9 @@ wake-up, all those whose bodies completed in it, in order (no task each; the pha
 under ASGI: every ready socket read, then every request run); any other model's on a task.
 Everything else (other routes, chunked or compressed bodies, CORS, a wrong API key, a full door,
 telemetry on) goes the ASGI way unchanged. Which way answered is invisible to the client: the
-same status, body and headers (tests/integration/service/test_lane.py compares them).
+same status, body and headers (tests/integration/service/test_lane.py compares them), and the
+same bookkeeping: each request is its own ``Call`` (service/calls.py), counted in and out of the
+door, identified and recorded there as an ASGI request is.
 
 The request stands in for uvicorn's cycle on its connection (``LaneRequest`` has the cycle's
 fields uvicorn and this package read), so keep-alive, pipelining behind it, the graceful
@@ -31,14 +33,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 
-from inferpool.engine.client import request_id
 from inferpool.service.auth import ApiKey
+from inferpool.service.calls import CLIENT_CLOSED, HttpCall
 from inferpool.service.errors import ErrorAnswer, answer_for, unexpected
-from inferpool.service.frontdoor import Activity, Encoder, FrontDoor, Served, echoable_request_id, request_ids
+from inferpool.service.frontdoor import Activity, Encoder, FrontDoor, Served, request_ids
 from inferpool.service.http.codec import Disconnected
-from inferpool.service.http.middleware import CLIENT_CLOSED, SERIAL
+from inferpool.service.http.middleware import SERIAL
 from inferpool.service.http.rawasgi import JSON, Answer, error_headers, server_timing
-from inferpool.service.telemetry.logs import model_served
 from inferpool.service.telemetry.metrics import Inference, Metrics
 
 if TYPE_CHECKING:
@@ -105,38 +106,37 @@ def lane_routes(predict: LaneHandler, infer: LaneHandler) -> list[LaneRoute]:
     ]
 
 
-class LaneRequest:
+class LaneRequest(HttpCall):
     """One request on the lane, in its connection's ``cycle`` slot: uvicorn's parser callbacks
-    fill ``body`` and signal ``message_event`` (this object) as they fill a cycle's."""
+    fill ``body`` and signal ``message_event`` (this object) as they fill a cycle's, and set
+    ``disconnected`` when its client leaves. Its own call (service/calls.py): one object a
+    request, as before the envelope."""
 
     __slots__ = (
-        "body", "disconnected", "found", "handler", "headers", "keep_alive", "lane", "message_event", "more_body",
-        "protocol", "queued", "response_complete", "rid", "route", "started", "task",
+        "body", "found", "handler", "headers", "keep_alive", "lane", "message_event", "more_body", "protocol",
+        "queued", "response_complete", "task",
     )  # fmt: skip
 
     def __init__(
         self, lane: Lane, protocol: HttpToolsProtocol, route: LaneRoute, found: re.Match[bytes],
         headers: dict[bytes, bytes], keep_alive: bool,
     ) -> None:  # fmt: skip
+        label = route.labels[found.group(found.re.groups) is not None]
+        HttpCall.__init__(self, lane.activity, lane.metrics, time.perf_counter(), label)
         self.lane = lane
         self.protocol = protocol
         self.handler = route.handler
         self.found = found
-        self.route = route.labels[found.group(found.re.groups) is not None]
-        """The request metrics' label."""
         self.headers = headers
         self.keep_alive = keep_alive
-        self.started = time.perf_counter()
         self.body = bytearray()
         self.more_body = True
-        self.disconnected = False
         self.response_complete = False
         self.queued = False
         self.task: asyncio.Task[None] | None = None
         """What answers it, for a model on worker threads: cancelled if its client leaves first."""
         self.message_event = self
-        given = headers.get(b"x-request-id")
-        self.rid = (None if given is None else echoable_request_id(given)) or next(lane.ids)
+        self.identify(headers.get(b"x-request-id"), lane.ids)
 
     def set(self) -> None:
         """uvicorn's signal: more body came, the body is complete, or the client left."""
@@ -147,9 +147,9 @@ class LaneRequest:
             if self.disconnected and task is not None:
                 task.cancel()  # nobody to answer: still queued for the engine, it is dropped unrun
             return
-        if self.disconnected:  # before its body was all here: nobody to answer
+        if self.disconnected:  # before its body was all here: nobody to answer (never counted in)
             self.response_complete = True
-            self.lane.observe(self, CLIENT_CLOSED, None)
+            self.finish(CLIENT_CLOSED)
         elif not self.more_body:
             self.queued = True
             self.lane.enqueue(self)
@@ -206,7 +206,7 @@ class Lane:
 
     def enqueue(self, request: LaneRequest) -> None:
         """Its body is all here: counted in at the door, answered at this wake-up's end."""
-        self.activity.active += 1
+        request.enter()
         if not self.pending and not self._eager and len(request.protocol.connections) <= EAGER_CONNECTIONS:
             # Few clients: answered now, from the callback that completed its body (a loop step
             # less; +8 % req/s at one connection). Under load the wake-up's requests are answered
@@ -238,8 +238,7 @@ class Lane:
         if request.disconnected:
             self._done(request, CLIENT_CLOSED, None)
             return
-        request_id.set(request.rid)
-        model_served.set(None)  # until its model is found (a 404 has none)
+        request.begin()
         handler = request.handler
         try:
             served = handler.resolve(request.found)
@@ -276,11 +275,11 @@ class Lane:
         self._send(request, 200, answer, inference)
 
     def _ended(self, request: LaneRequest, _: object) -> None:
-        """Its task is over: counted out if it never answered. Cancelled (its client left, or a
-        shutdown past its grace), counted as the ASGI path counts it; a task cancelled before its
-        first step never ran its own code, so this is the one place that sees every end."""
+        """Its task is over: finished if it never answered. Cancelled (its client left: 499, or a
+        shutdown past its grace: 500), counted as the ASGI path counts it; a task cancelled before
+        its first step never ran its own code, so this is the one place that sees every end."""
         if not request.response_complete:
-            self._done(request, CLIENT_CLOSED if request.disconnected else 500, None)
+            self._done(request, 500, None)
 
     def _error(self, request: LaneRequest, exc: Exception) -> None:
         if isinstance(exc, Disconnected):
@@ -303,7 +302,7 @@ class Lane:
         for name, value in protocol.server_state.default_headers:
             head += (name, b": ", value, b"\r\n")
         head += (b"content-type: ", content_type, b"\r\ncontent-length: %d\r\n" % len(body))
-        closes = not request.keep_alive or self.activity.closing
+        closes = not request.keep_alive or request.closes
         said = False  # whether the route's headers name the connection's fate (a 503 NotReady closes)
         for name, value in extra:
             if name == b"connection":
@@ -322,9 +321,8 @@ class Lane:
         protocol.on_response_complete()
 
     def _done(self, request: LaneRequest, status: int, inference: Inference | None) -> None:
+        """What it answered (499 instead, by its call, if its client left): counted out of the door,
+        observed, and its place on the connection given up."""
         request.response_complete = True
-        self.activity.active -= 1
-        self.observe(request, status, inference)
-
-    def observe(self, request: LaneRequest, status: int, inference: Inference | None) -> None:
-        self.metrics.observe_request(request.route, status, time.perf_counter() - request.started, inference)
+        request.inference = inference
+        request.finish(status)

@@ -1,5 +1,6 @@
-"""Per-request context as a pure ASGI middleware: request id, timing, request metrics, and
-load shedding at the door.
+"""Per-request context as a pure ASGI middleware: the ASGI way's adapter to its ``Call``
+(service/calls.py: request id, door count, timing, request metrics, access log and span, 499),
+and load shedding at the door.
 
 Pure ASGI rather than ``BaseHTTPMiddleware``: no extra task or body copy per request.
 
@@ -20,16 +21,15 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from inferpool.engine.client import request_id
 from inferpool.service.apierror import error_body_for
-from inferpool.service.frontdoor import Activity, echoable_request_id, request_ids, shed_message
+from inferpool.service.calls import HttpCall
+from inferpool.service.frontdoor import Activity, request_ids, shed_message
 from inferpool.service.http.protocol import CLIENT_LEFT
 from inferpool.service.telemetry.metrics import Metrics
-from inferpool.service.telemetry.observe import INFERENCE, Observer
+from inferpool.service.telemetry.observe import INFERENCE, Observer, Watch
 
 STARTED = "inferpool.started"  # scope keys the /predict route reads and writes (and INFERENCE)
 HEADER_MAP = "inferpool.headers"  # scope key: header_map's, with the header list it was built from
-CLIENT_CLOSED = 499  # as nginx logs a request whose client left before it was answered
 NEVER_SHED = ("/health", "/v2/health", "/metrics")  # probes and scrapes must answer under overload
 # One counter per process: the hot routes run their own instance of this middleware
 # (service/http/fastpath.py), the lane its own generator (service/http/lane.py), and ids must
@@ -56,6 +56,69 @@ def header_map(scope: Scope) -> dict[bytes, bytes]:
     return found
 
 
+class AsgiCall(HttpCall):
+    """A request the ASGI way (service/calls.py): its receive and send as the app gets them,
+    counting it in once its body is all here and out once its answer is, and its trace and
+    access log when an ``Observer`` is on."""
+
+    __slots__ = ("gone", "observer", "receive", "scope", "send", "status", "watch")
+
+    def __init__(
+        self, context: RequestContext, scope: Scope, receive: Receive, send: Send, started: float,
+    ) -> None:  # fmt: skip
+        HttpCall.__init__(self, context.activity, context.metrics, started, "unmatched")
+        self.scope = scope
+        self.receive = receive
+        self.send = send
+        self.observer = context.observer
+        self.watch: Watch | None = None
+        """Its bytes (and sampled bodies) for the observer; None when there is none."""
+        self.status = 500
+        """What its answer said (500 until it says)."""
+        self.gone = False
+        """The last message received said the client left."""
+
+    async def counting_receive(self) -> Message:
+        # Counted in once its body is all here, not at the door: a client that stalls halfway
+        # through an upload must not hold a place (70 stalled uploads shut every other client out
+        # when counted at the door). Only the event loop thread counts.
+        message = await self.receive()
+        if self.watch is not None:
+            self.watch.received(message)
+        kind = message["type"]
+        self.gone = kind == "http.disconnect"
+        if kind == "http.request" and not message.get("more_body", False):
+            self.enter()
+        return message
+
+    async def send_with_id(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.status = message["status"]
+            headers = message["headers"] = [*message.get("headers", ()), (b"x-request-id", self.rid.encode())]
+            if self.closes and all(name.lower() != b"connection" for name, _ in headers):
+                headers.append(CLOSE)
+        elif not message.get("more_body", False):
+            self.answered()
+        if self.watch is not None:
+            self.watch.sent(message)
+        await self.send(message)
+
+    def ended(self) -> None:
+        """The app returned or raised: its status (499 for a client that left before its answer
+        was complete, or whose task was cancelled for leaving, even halfway through its answer)."""
+        scope = self.scope
+        if (self.gone and not self.was_answered) or CLIENT_LEFT in scope:
+            self.disconnected = True
+        self.label = getattr(scope.get("route"), "path", "unmatched")
+        self.inference = scope.get(INFERENCE)
+        self.finish(self.status)
+
+    def _record(self, status: int, ended: float) -> None:
+        HttpCall._record(self, status, ended)
+        if self.observer is not None and self.watch is not None:
+            self.observer.http(self.scope, self.watch, self.label, status, self.started, ended)
+
+
 class RequestContext:
     def __init__(self, app: ASGIApp, metrics: Metrics, activity: Activity, observer: Observer | None = None) -> None:
         self.app = app
@@ -70,71 +133,27 @@ class RequestContext:
             await self.app(scope, receive, send)
             return
         started = scope[STARTED] = time.perf_counter()
-        given = header_map(scope).get(b"x-request-id")
-        rid = (None if given is None else echoable_request_id(given)) or next(self._ids)
+        call = AsgiCall(self, scope, receive, send, started)
+        rid = call.identify(header_map(scope).get(b"x-request-id"), self._ids)
         limit = self.activity.full()
         path = scope["path"]
-        if limit is not None and not _never_shed(path):
-            await self._shed(send, rid, limit, self.activity.closing, path)
-            self.metrics.observe_error("load_shed")
-            ended = time.perf_counter()
-            self.metrics.observe_request("shed", 503, ended - started, None)
-            if self.observer is not None:
-                request_id.set(rid)
-                self.observer.http(scope, self.observer.watch({}), "shed", 503, started, ended)
-            return
-        request_id.set(rid)
-        status = 500
-        counted = answered = gone = False
         observer = self.observer
-        watch = None if observer is None else observer.watch(scope)
-
-        async def counting_receive() -> Message:
-            # Counted in once its body is all here, not at the door: a client that stalls
-            # halfway through an upload must not hold a place (70 stalled uploads shut every
-            # other client out when counted at the door). Only the event loop thread counts.
-            nonlocal counted, gone
-            message = await receive()
-            if watch is not None:
-                watch.received(message)
-            gone = message["type"] == "http.disconnect"
-            if not counted and message["type"] == "http.request" and not message.get("more_body", False):
-                counted = True
-                self.activity.active += 1
-            return message
-
-        async def send_with_id(message: Message) -> None:
-            nonlocal status, answered
-            if message["type"] == "http.response.start":
-                status = message["status"]
-                headers = message["headers"] = [*message.get("headers", ()), (b"x-request-id", rid.encode())]
-                if self.activity.closing and all(name.lower() != b"connection" for name, _ in headers):
-                    headers.append(CLOSE)
-            elif not message.get("more_body", False) and not answered:
-                # Counted out when its answer is complete, not when its task ends: the client
-                # may already have sent its next request, and a task that has answered can
-                # still be waiting for the loop.
-                answered = True
-                self.activity.active -= counted
-            if watch is not None:
-                watch.sent(message)
-            await send(message)
-
+        if limit is not None and not _never_shed(path):
+            await self._shed(send, rid, limit, call.closes, path)
+            self.metrics.observe_error("load_shed")
+            call.label = "shed"
+            if observer is not None:
+                call.watch = observer.watch({})
+            call.begin()
+            call.finish(503)
+            return
+        if observer is not None:
+            call.watch = observer.watch(scope)
+        call.begin()
         try:
-            await self.app(scope, receive if scope["method"] == "GET" else counting_receive, send_with_id)
+            await self.app(scope, receive if scope["method"] == "GET" else call.counting_receive, call.send_with_id)
         finally:
-            if not answered:
-                self.activity.active -= counted
-                if gone:
-                    status = CLIENT_CLOSED  # nobody to answer: not a server error
-            if CLIENT_LEFT in scope:  # cancelled for a client that left, even halfway through its answer
-                status = CLIENT_CLOSED
-            # The route template, never the raw path: raw paths would be unbounded labels.
-            route = getattr(scope.get("route"), "path", "unmatched")
-            ended = time.perf_counter()
-            self.metrics.observe_request(route, status, ended - started, scope.get(INFERENCE))
-            if observer is not None and watch is not None:
-                observer.http(scope, watch, route, status, started, ended)
+            call.ended()
 
     @staticmethod
     async def _shed(send: Send, rid: str, limit: int, closing: bool, path: str) -> None:

@@ -24,6 +24,10 @@ And two things for speed: plain ``/predict`` and v2 infer requests skip ASGI
 uvicorn writes the head at ``http.response.start`` and the body at ``http.response.body``: two
 send() calls and two TCP segments per answer, and a client woken twice. On the digits model the
 head's write alone was 19 % of a serving process's samples (py-spy under wrk, 8 connections).
+
+This subclasses uvicorn's protocol and reads its non-public names (as service/http/lane.py and
+service/processes/spread.py do): pyproject.toml pins uvicorn to the minor version tested, and
+tests/unit/service/test_uvicorn_pin.py lists what is read and fails on any other version.
 """
 
 from __future__ import annotations

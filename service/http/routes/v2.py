@@ -18,12 +18,12 @@ from inferpool.engine.client import EngineClient, request_id
 from inferpool.service.errors import ERROR_RESPONSES
 from inferpool.service.frontdoor import Served
 from inferpool.service.http.codec import json_response, read_body
-from inferpool.service.http.deps import HostDep, host_of
+from inferpool.service.http.deps import DoorDep, host_of
 from inferpool.service.http.fastpath import documentation_only
 from inferpool.service.http.lane import Decoded
 from inferpool.service.http.rawasgi import BINARY, JSON, Answer, RawRoute, request_headers, timed
 from inferpool.service.timing import TIMEOUT_HEADER
-from inferpool.service.v2.codec import HEADER_LENGTH, InferRequest, encode_response, metadata, parse_request
+from inferpool.service.v2.codec import HEADER_LENGTH, InferRequest, encode_response, parse_request
 
 if TYPE_CHECKING:  # the host loads models (torch); a front end only asks it for them
     from inferpool.service.models.host import ModelHost
@@ -43,23 +43,21 @@ async def server_metadata(request: Request) -> Response:
 
 
 @router.get("/health/live", summary="Server liveness")
-async def live(host: HostDep) -> Response:
-    live = host.status.live
+async def live(door: DoorDep) -> Response:
+    live = door.live
     return json_response({"live": live}, 200 if live else 503)
 
 
 @router.get("/health/ready", summary="Server readiness")
-async def ready(host: HostDep) -> Response:
-    ok = host.status.ready
+async def ready(door: DoorDep) -> Response:
+    ok = door.ready
     return json_response({"ready": ok}, 200 if ok else 503, None if ok else {"Retry-After": "1"})
 
 
 @router.get("/models/{name}", summary="Model metadata")
 @router.get("/models/{name}/versions/{version}", summary="Model metadata (one version)")
-async def model_metadata(request: Request, name: str, version: str | None = None) -> Response:
-    host = host_of(request)
-    model = find_model(host, name, version)
-    return json_response(metadata(model.name, model.schema, host.version_of(model), model.info.handler))
+async def model_metadata(door: DoorDep, name: str, version: str | None = None) -> Response:
+    return json_response(door.model_metadata(name, version))
 
 
 @router.get("/models/{name}/config", summary="Model configuration")
@@ -89,15 +87,14 @@ async def model_config(request: Request, name: str, version: str | None = None) 
 
 @router.get("/models/{name}/ready", summary="Model readiness")
 @router.get("/models/{name}/versions/{version}/ready", summary="Model readiness (one version)")
-async def model_ready(request: Request, name: str, version: str | None = None) -> Response:
+async def model_ready(door: DoorDep, name: str, version: str | None = None) -> Response:
     """200 while the version (the latest without one) takes requests whichever serving process
     gets them: loaded and warm, its pool whole, and every process serving the same model set
     (not during a repository change's rollout); 503 with `Retry-After` otherwise, 404 for a
     model or version not served."""
-    host = host_of(request)
-    model = find_model(host, name, version)  # 503 while loading, 404 if unknown
-    ok = host.ready(model)
-    body = {"name": model.name, "version": host.version_of(model), "ready": ok}
+    found = door.model_ready(name, version)  # 503 while loading, 404 if unknown
+    ok = found.ready
+    body = {"name": found.name, "version": found.version, "ready": ok}
     return json_response(body, 200 if ok else 503, None if ok else {"Retry-After": "1"})
 
 
