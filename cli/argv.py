@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from inferpool.config import Settings, error_lines, load_settings
 from inferpool.config.paths import make_importable
 from inferpool.engine import ConfigError
-from inferpool.engine.threads import plan_threads
+from inferpool.engine.plan.threads import plan_threads
 from inferpool.service.models.host import plans, settings_shares, sized
 
 CONFIG_HELP = "TOML config file (default: config/default.toml)"

@@ -7,7 +7,7 @@ It takes exactly the settings ``serve`` takes (same config file, flags and envir
 the cache keys cover the options that shape the artifacts: compile and serve with the same ones.
 It sizes the processes and plans each model's threads as ``serve`` does (refusing the same
 budgets), and builds and checks every artifact under the threads ``serve`` loads with
-(inferpool.engine.threads.apply_loading_plan), so that serving finds exactly what was built here.
+(inferpool.engine.plan.threads.apply_loading_plan), so that serving finds exactly what was built here.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from pathlib import Path
 from inferpool.cli.argv import config_argument, planned, settings_from_argv
 from inferpool.engine import ConfigError, ModelLoadError
 from inferpool.engine.compile_cache import cache_dir
+from inferpool.engine.models.sources import required_backend
 from inferpool.engine.options import AUTO_CANDIDATES, RuntimeOptions
-from inferpool.engine.sources import required_backend
-from inferpool.engine.threads import apply_loading_plan
+from inferpool.engine.plan.threads import apply_loading_plan
 from inferpool.service.models.host import plans, settings_shares
 
 AOTI, ONNX = "aoti", "onnxruntime"

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic_settings import TomlConfigSettingsSource
 
-from inferpool.engine.sources import ARCHIVE_SUFFIXES
+from inferpool.engine.models.source_kinds import ARCHIVE_SUFFIXES
 
 # Top-level settings that are always paths, and those inside [runtime] (top level and per model).
 PATH_SETTINGS = ("app_dir", "model_repository", "metrics_dir", "payload_log")

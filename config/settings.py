@@ -31,7 +31,7 @@ from inferpool.config.observability import check_payload_sink, check_tracing
 from inferpool.config.paths import ConfigFileSource
 from inferpool.engine import BACKENDS, DEFAULT_MODEL, RuntimeOptions
 from inferpool.engine.backends import backend_names
-from inferpool.engine.sources import ARCHIVE_SUFFIXES
+from inferpool.engine.models.source_kinds import ARCHIVE_SUFFIXES
 
 DEFAULT_CONFIG_FILE = Path(__file__).with_name("default.toml")
 AUTH_EXEMPT = ("/health/live", "/health/ready", "/metrics", "/v2/health/live", "/v2/health/ready")

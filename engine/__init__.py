@@ -29,14 +29,15 @@ if TYPE_CHECKING:
         PredictedWaitExceeded,
         WorkerDied,
     )
-    from inferpool.engine.handlers import Handler, TextEmbedding, TokenIds
-    from inferpool.engine.module import InferenceModule
+    from inferpool.engine.models.handlers import Handler, TextEmbedding, TokenIds
+    from inferpool.engine.models.module import InferenceModule
+    from inferpool.engine.models.source_kinds import DEFAULT_MODEL
+    from inferpool.engine.models.sources import load_model
+    from inferpool.engine.models.spec import ModelSpec
     from inferpool.engine.options import RuntimeOptions
-    from inferpool.engine.pool import RuntimePool
     from inferpool.engine.schema import Schema, TensorSpec
-    from inferpool.engine.served import Prediction, ServedModel
-    from inferpool.engine.sources import DEFAULT_MODEL, load_model
-    from inferpool.engine.spec import ModelSpec
+    from inferpool.engine.serving.pool import RuntimePool
+    from inferpool.engine.serving.served import Prediction, ServedModel
 
 _ERRORS = (
     "ConfigError", "DeadlineExceeded", "EngineError", "InvalidInput", "ModelFailed", "ModelLoadError",
@@ -49,19 +50,19 @@ _HOME = {
     "ModelInfo": "client",
     "ModelStats": "client",
     **dict.fromkeys(_ERRORS, "errors"),
-    "Handler": "handlers",
-    "TextEmbedding": "handlers",
-    "TokenIds": "handlers",
-    "InferenceModule": "module",
+    "Handler": "models.handlers",
+    "TextEmbedding": "models.handlers",
+    "TokenIds": "models.handlers",
+    "InferenceModule": "models.module",
     "RuntimeOptions": "options",
-    "RuntimePool": "pool",
+    "RuntimePool": "serving.pool",
     "Schema": "schema",
     "TensorSpec": "schema",
-    "Prediction": "served",
-    "ServedModel": "served",
-    "DEFAULT_MODEL": "sources",
-    "load_model": "sources",
-    "ModelSpec": "spec",
+    "Prediction": "serving.served",
+    "ServedModel": "serving.served",
+    "DEFAULT_MODEL": "models.source_kinds",
+    "load_model": "models.sources",
+    "ModelSpec": "models.spec",
 }
 __all__ = [
     "BACKENDS",

@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from inferpool.engine.handlers import Handler, TextEmbedding, TokenIds
-from inferpool.engine.requests import Prediction, request_id
+from inferpool.engine.models.handlers import Handler, TextEmbedding, TokenIds
 from inferpool.engine.schema import Array, Schema, TensorSpec
+from inferpool.engine.serving.requests import Prediction, request_id
 
 NOT_BLANK = r"[^\t-\r\u001c-\u0020\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
 """The JSON-Schema pattern of a text that is not blank as the handlers judge it (Python's
@@ -28,7 +28,7 @@ Python strips (schemathesis sent "\\u001d", the spec said valid, the server said
 
 MIN_FLOOR_MS = 1
 """No deadline under 1 ms is met by any model here (decoding a request alone takes tens of µs);
-each model's ``deadline_floor_ms`` is at least this (inferpool.engine.deadline_floor)."""
+each model's ``deadline_floor_ms`` is at least this (inferpool.engine.plan.deadline_floor)."""
 
 __all__ = [
     "MIN_FLOOR_MS",
@@ -115,13 +115,13 @@ class ModelStats:
     """Worker threads restarted after one died (running total)."""
     accepting: bool
     wide_calls: int = 0
-    """Calls that ran alone on the wide lane, every core (inferpool.engine.wide; running total)."""
+    """Calls that ran alone on the wide lane, every core (inferpool.engine.plan.wide; running total)."""
     abandoned: int = 0
     """Requests dropped unrun because their caller had stopped waiting: its client left or its
     deadline passed while it was queued (running total)."""
     stopped_calls: int = 0
     """Model calls stopped midway because every request in them had stopped waiting (running
-    total; inferpool.engine.call_stop)."""
+    total; inferpool.engine.serving.call_stop)."""
 
     @property
     def queued(self) -> int:
@@ -147,7 +147,7 @@ class EngineClient(Protocol):
     def info(self) -> ModelInfo: ...
 
     deadline_floor_ms: int
-    """A request's deadline below this many ms is invalid (inferpool.engine.deadline_floor): read
+    """A request's deadline below this many ms is invalid (inferpool.engine.plan.deadline_floor): read
     on every request, so a plain attribute, not a field of ``info`` (which is built on each read)."""
 
     inline: bool

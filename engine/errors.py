@@ -91,12 +91,12 @@ class DeadlineExceeded(EngineError):
 
 class CallStopped(DeadlineExceeded):
     """A model call stopped midway because every request in it had stopped waiting
-    (inferpool.engine.call_stop). Nobody is left to hear it: a 504 should it ever reach one."""
+    (inferpool.engine.serving.call_stop). Nobody is left to hear it: a 504 should it ever reach one."""
 
 
 class DeadlineBelowFloor(DeadlineExceeded):
     """The request's deadline is shorter than the model's fastest call for its sample count
-    (inferpool.engine.deadline_floor): it can never be met, so it is answered at once, without
+    (inferpool.engine.plan.deadline_floor): it can never be met, so it is answered at once, without
     running. A 504 and not a 400: the spec's floor is a one-sample request's (a header's schema
     cannot depend on the body), and a request the spec calls valid is not refused as invalid."""
 

@@ -9,9 +9,9 @@ from pydantic.dataclasses import dataclass
 from pydantic_core import ArgsKwargs
 
 from inferpool.engine.backends import BACKENDS, AotiInterface
-from inferpool.engine.backends.held_out import check_file
+from inferpool.engine.backends.held_out_file import check_file
 from inferpool.engine.backends.native_bf16 import MODES as NATIVE_BF16_MODES
-from inferpool.engine.executors import DISPATCH_MODES
+from inferpool.engine.plan.dispatch_modes import DISPATCH_MODES
 
 LEND_MODES = ("auto", "on", "off")
 """``lend_idle_cores``: measured, always, never (inferpool.engine.wide)."""

@@ -37,8 +37,8 @@ COMPONENTS: dict[str, str] = {
     "JSON decode/encode": r"service/http/codec\.py|orjson|json/|pydantic",
     "metrics": r"service/telemetry/metric(?:s|_slots)\.py|service/timing\.py|prometheus_client/",
     "admission + engine bookkeeping": (
-        r"engine/admission\.py|engine/served\.py|engine/pool\.py|engine/executors/batching\.py"
-        r"|engine/pipeline\.py|engine/executors/(__init__|base|inline)\.py|engine/requests\.py"
+        r"engine/serving/(admission|served|pool|pipeline|requests)\.py|engine/executors/batching\.py"
+        r"|engine/executors/(__init__|base|inline)\.py"
     ),
     "worker hand-off (threads, futures)": (
         r"engine/executors/threads\.py|concurrent/futures|threading\.py|queue\.py|anyio/"

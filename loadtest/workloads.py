@@ -155,7 +155,7 @@ class BareEngine:
 
     def __init__(self, workload: Workload) -> None:
         from inferpool.engine import RuntimeOptions, ServedModel  # torch: only for the limit
-        from inferpool.engine.threads import usable_cpus
+        from inferpool.engine.plan.threads import usable_cpus
 
         self.cpus = usable_cpus()
         engine = {**dict(workload.engine), "warmup_iters": 1, "lend_idle_cores": "off"}

@@ -27,7 +27,7 @@ def deadline(
 ) -> float | None:
     """Absolute ``time.monotonic()`` deadline: the request's own timeout (the v2 parameter,
     else the X-Request-Timeout-Ms header), else the default. A timeout the model can never meet
-    (under ``floor_ms``, its fastest call at start-up: inferpool.engine.deadline_floor) is a 400
+    (under ``floor_ms``, its fastest call at start-up: inferpool.engine.plan.deadline_floor) is a 400
     naming the field, at once: not admitted and answered 504 when it passes."""
     header_ms = None if header is None else _header_ms(header, floor_ms)  # checked even when the parameter wins
     if override_ms is not None:  # its syntax was checked where it was parsed (inferpool.service.v2.datatypes)

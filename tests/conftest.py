@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from inferpool.engine import InferenceModule, RuntimeOptions
-from inferpool.engine.threads import ThreadPlan, apply_thread_plan
+from inferpool.engine.plan.threads import ThreadPlan, apply_thread_plan
 from inferpool.engine.zoo.digits import build
 
 # Servers the tests start (in process, or as subprocesses, which inherit this) leave gRPC off

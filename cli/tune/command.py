@@ -53,7 +53,7 @@ from inferpool.cli.tune.trials import Plan, Trial, Trials
 from inferpool.config import Settings
 from inferpool.engine import EngineError
 from inferpool.engine.options import AUTO_CANDIDATES
-from inferpool.engine.threads import usable_cpus
+from inferpool.engine.plan.threads import usable_cpus
 from inferpool.harness.load import Workload
 from inferpool.harness.payloads import JSON, Payload, json_request
 from inferpool.service.models.host import sized

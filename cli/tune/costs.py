@@ -20,8 +20,8 @@ import torch
 from inferpool.engine import BACKENDS, InferenceModule, RuntimeOptions, load_model
 from inferpool.engine.backends.autoselect import choose
 from inferpool.engine.backends.base import Runtime
-from inferpool.engine.gil_probe import measure_gil_hold
-from inferpool.engine.handlers import load_handler
+from inferpool.engine.models.handlers import load_handler
+from inferpool.engine.plan.gil_probe import measure_gil_hold
 from inferpool.engine.schema import Array
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ Pruning rules (each one says why a setting cannot help on this model, machine an
   a batch can fill (``useful_batches`` says why); the queue delay is one such call, or a
   quarter of it;
 - processes x runtimes: no more parallel slots than requests outstanding; processes x
-  runtimes x threads within the CPU budget (inferpool.engine.threads);
+  runtimes x threads within the CPU budget (inferpool.engine.plan.threads);
 - several runtimes per process and worker threads only for calls that release the GIL (or are
   too long to run on the event loop); inline only with one runtime and no batching.
 """
@@ -25,8 +25,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from inferpool.cli.tune.costs import Costs
-from inferpool.engine.dispatch_choice import HELD_SHARE, LONG_CALL_US
 from inferpool.engine.options import RuntimeOptions
+from inferpool.engine.plan.dispatch_choice import HELD_SHARE, LONG_CALL_US
 from inferpool.harness.load import Summary
 
 KEEP_RATIO = 1.3

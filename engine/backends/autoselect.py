@@ -56,7 +56,7 @@ from inferpool.engine.backends.choice_cache import choice_path, read_choice, wri
 from inferpool.engine.backends.parity import eager_outputs, first_mismatch
 from inferpool.engine.backends.precision_auto import choose_precision
 from inferpool.engine.errors import ConfigError, EngineError, ModelLoadError
-from inferpool.engine.module import InferenceModule
+from inferpool.engine.models.module import InferenceModule
 from inferpool.engine.options import AUTO_CANDIDATES, RuntimeOptions
 from inferpool.engine.schema import Array
 

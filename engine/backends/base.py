@@ -7,10 +7,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from inferpool.engine.backends.parity import Tolerance
-from inferpool.engine.module import InferenceModule
+from inferpool.engine.models.module import InferenceModule
 from inferpool.engine.options import RuntimeOptions
+from inferpool.engine.plan.threads import ThreadPlan
 from inferpool.engine.schema import Array
-from inferpool.engine.threads import ThreadPlan
 
 
 class Runtime(ABC):
@@ -40,7 +40,7 @@ class Runtime(ABC):
 
     wide_artifact_supported: ClassVar[bool] = False
     """``wide_artifact`` builds an artifact for more intra-op threads in the serving process
-    (inferpool.engine.wide: the lane a call running alone in the pod takes)."""
+    (inferpool.engine.plan.wide: the lane a call running alone in the pod takes)."""
     wide_precisions: ClassVar[tuple[str, ...]] = ("fp32", "auto")
     """The ``runtime.precision`` values whose served artifact ``wide_artifact`` builds again
     (``auto`` serves fp32 on a backend that runs no reduced precision)."""

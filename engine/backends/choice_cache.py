@@ -20,7 +20,7 @@ from pathlib import Path
 
 from inferpool.engine.backends.onnxruntime.export import source_key
 from inferpool.engine.compile_cache import artifact_path, cache_dir, content_key, write_atomically
-from inferpool.engine.module import InferenceModule
+from inferpool.engine.models.module import InferenceModule
 from inferpool.engine.options import RuntimeOptions
 
 log = logging.getLogger(__name__)

@@ -3,9 +3,9 @@
 ``runtime.accuracy_inputs`` names a file of the user's: a JSONL file, one call a line, each line
 a JSON object of the model's inputs as a ``/predict`` request's ``inputs`` holds them (one
 sample, or a batch: ``{"image": [[...], ...]}``), read with the request's own coercion and
-shape checks; or an ``.npz`` of arrays named as the inputs (one batch). ``check_file`` runs at
-start-up (the settings' validation), before any model loads; the names and shapes are checked
-against the model when it loads (``user_inputs``).
+shape checks; or an ``.npz`` of arrays named as the inputs (one batch). The file itself is
+checked at start-up, before any model loads (inferpool.engine.backends.held_out_file, by the
+settings' validation); the names and shapes against the model when it loads (``user_inputs``).
 
 Calibration (static quantization) must not be the gate's own inputs, or the gate would grade the
 quantizer on what it was fitted to: with a file or the model's held-out inputs, every
@@ -23,38 +23,14 @@ import numpy as np
 
 from inferpool.engine.backends.parity import random_inputs
 from inferpool.engine.errors import EngineError, ModelLoadError
-from inferpool.engine.module import InferenceModule
+from inferpool.engine.models.module import InferenceModule
 from inferpool.engine.schema import Array
 
-SUFFIXES = (".jsonl", ".npz")
 CALIBRATION_EVERY = 4
 GATE_BATCH = 8
 GATE_SEEDS = 4
 """Without held-out inputs: GATE_SEEDS random batches of GATE_BATCH items (and as many to calibrate)."""
 Batches = list[dict[str, Array]]
-
-
-def check_file(path: str) -> str | None:
-    """What is wrong with ``accuracy_inputs`` as a file, with how to fix it; None if nothing."""
-    where = Path(path)
-    if where.suffix not in SUFFIXES:
-        return f"name a .jsonl file (one JSON object of the model's inputs a line) or an .npz of arrays, not {path!r}"
-    if not where.is_file():
-        return f"{path!r} does not exist or is not a file: give the path of your held-out inputs"
-    if where.suffix == ".npz":
-        return None
-    try:
-        lines = [line for line in where.read_text("utf-8").splitlines() if line.strip()]
-    except (OSError, UnicodeDecodeError) as exc:
-        return f"{path!r} cannot be read as UTF-8 text ({exc})"
-    for number, line in enumerate(lines, 1):
-        try:
-            row = json.loads(line)
-        except ValueError as exc:
-            return f"line {number} of {path!r} is not JSON ({exc}); write one JSON object a line"
-        if not isinstance(row, dict) or not row:
-            return f'line {number} of {path!r} is not a JSON object of inputs, like {{"image": [[0.5, ...]]}}'
-    return None if lines else f"{path!r} holds no lines; write one JSON object of the model's inputs a line"
 
 
 def user_inputs(module: InferenceModule, path: str) -> Batches:

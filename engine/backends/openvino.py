@@ -49,11 +49,11 @@ from inferpool.engine.backends.parity import Tolerance, eager_outputs, first_mis
 from inferpool.engine.backends.precision import check_source, serve_precision
 from inferpool.engine.backends.precision_choice import bf16_verdict
 from inferpool.engine.errors import ModelLoadError, import_optional
-from inferpool.engine.module import InferenceModule
-from inferpool.engine.onnx_source import OnnxFile
+from inferpool.engine.models.module import InferenceModule
+from inferpool.engine.models.onnx_source import OnnxFile
 from inferpool.engine.options import RuntimeOptions
+from inferpool.engine.plan.threads import ThreadPlan
 from inferpool.engine.schema import Array
-from inferpool.engine.threads import ThreadPlan
 
 log = logging.getLogger(__name__)
 _exports: weakref.WeakKeyDictionary[torch.nn.Module, OnnxExport] = weakref.WeakKeyDictionary()
@@ -259,7 +259,7 @@ class OpenVinoRuntime(Runtime):
         """The narrow and ``wide_artifact``'s median seconds on each example, timed alternately by
         inferpool.engine.backends.openvino_probe in an interpreter of its own (this process
         compiles and runs nothing threaded)."""
-        from inferpool.engine.wide import MIN_SPEEDUP  # the gate the probe may stop at; wide imports backends
+        from inferpool.engine.plan.wide import MIN_SPEEDUP  # the gate the probe may stop at; wide imports backends
 
         model, _, _ = model_file(module, options)
         served = _lane_precision(module, options)

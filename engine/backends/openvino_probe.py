@@ -26,7 +26,7 @@ from typing import Any, TypedDict
 
 import numpy as np
 
-from inferpool.engine.calm_timing import calmest_pair
+from inferpool.engine.plan.calm_timing import calmest_pair
 
 
 class Probe(TypedDict):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from inferpool.engine.module import InferenceModule, flatten_outputs
+from inferpool.engine.models.module import InferenceModule, flatten_outputs
 from inferpool.engine.schema import Array
 
 

@@ -62,8 +62,8 @@ from inferpool.engine.backends.precision_choice import (
 from inferpool.engine.backends.quantize import SUFFIX, Quantizer, candidates, quantized
 from inferpool.engine.compile_cache import content_key, write_atomically
 from inferpool.engine.errors import ModelLoadError
-from inferpool.engine.module import InferenceModule
-from inferpool.engine.onnx_source import OnnxFile
+from inferpool.engine.models.module import InferenceModule
+from inferpool.engine.models.onnx_source import OnnxFile
 from inferpool.engine.options import RuntimeOptions
 from inferpool.engine.schema import Array
 

@@ -44,11 +44,11 @@ from inferpool.engine.backends.gate import Gate, GateFigures, measure
 from inferpool.engine.backends.held_out import held_out
 from inferpool.engine.backends.native_bf16 import native_bf16
 from inferpool.engine.backends.precision_choice import PrecisionChoice, raced_for, record
-from inferpool.engine.calm_timing import calmest_pair
 from inferpool.engine.compile_cache import artifact_path, cache_dir, content_key, write_atomically
 from inferpool.engine.errors import EngineError
-from inferpool.engine.module import InferenceModule
+from inferpool.engine.models.module import InferenceModule
 from inferpool.engine.options import RuntimeOptions
+from inferpool.engine.plan.calm_timing import calmest_pair
 from inferpool.engine.schema import Array
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from inferpool.engine.backends.gate import Gate
-from inferpool.engine.module import InferenceModule
+from inferpool.engine.models.module import InferenceModule
 from inferpool.engine.options import RuntimeOptions
 
 

@@ -27,7 +27,7 @@ import numpy as np
 from inferpool.engine.backends.onnxruntime.export import OnnxExport, require
 from inferpool.engine.compile_cache import artifact_path, cache_dir, content_key, write_atomically
 from inferpool.engine.errors import ModelLoadError
-from inferpool.engine.module import InferenceModule
+from inferpool.engine.models.module import InferenceModule
 from inferpool.engine.options import INT8_METHODS, RuntimeOptions
 from inferpool.engine.schema import Array
 

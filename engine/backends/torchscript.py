@@ -35,10 +35,10 @@ from torch.jit._trace import TracerWarning
 from inferpool.engine.backends.base import Runtime
 from inferpool.engine.backends.parity import Tolerance, eager_outputs, first_mismatch, random_inputs
 from inferpool.engine.errors import ModelLoadError
-from inferpool.engine.module import InferenceModule, flatten_outputs
+from inferpool.engine.models.module import InferenceModule, flatten_outputs
+from inferpool.engine.models.torchscript_archive import TorchScriptArchive, quiet_jit
 from inferpool.engine.options import RuntimeOptions
 from inferpool.engine.schema import Array
-from inferpool.engine.torchscript_archive import TorchScriptArchive, quiet_jit
 
 log = logging.getLogger(__name__)
 

@@ -21,14 +21,12 @@ from inferpool.engine.executors.base import Executor, ExecutorConfig
 from inferpool.engine.executors.batching import Batcher
 from inferpool.engine.executors.inline import InlineExecutor
 from inferpool.engine.executors.threads import ThreadExecutor
-from inferpool.engine.pipeline import Pipeline
+from inferpool.engine.serving.pipeline import Pipeline
 
-__all__ = ["DISPATCH_MODES", "EXECUTORS", "Executor", "ExecutorConfig"]
+__all__ = ["EXECUTORS", "Executor", "ExecutorConfig"]
 
 EXECUTORS: dict[str, Callable[[Pipeline, ExecutorConfig], Executor]] = {
     "inline": InlineExecutor,
     "threads": ThreadExecutor,
     "batch": Batcher,
 }
-DISPATCH_MODES = ("threads", "inline", "auto")
-"""What ``RuntimeOptions.dispatch`` may say (``batch`` follows from ``max_batch_size`` > 1)."""

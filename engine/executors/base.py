@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from inferpool.engine.requests import Prediction, Work
+from inferpool.engine.serving.requests import Prediction, Work
 
 
 @dataclass(frozen=True)

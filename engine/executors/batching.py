@@ -35,8 +35,8 @@ from inferpool.engine.errors import NotReady
 from inferpool.engine.executors.base import ExecutorConfig
 from inferpool.engine.executors.patience import Patience
 from inferpool.engine.executors.threads import QueuedWorkers
-from inferpool.engine.pipeline import Pipeline, worker_died
-from inferpool.engine.requests import Prediction, Work, deliver
+from inferpool.engine.serving.pipeline import Pipeline, worker_died
+from inferpool.engine.serving.requests import Prediction, Work, deliver
 
 
 class Batcher(QueuedWorkers):

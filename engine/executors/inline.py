@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 
 from inferpool.engine.executors.base import ExecutorConfig
-from inferpool.engine.pipeline import Pipeline
-from inferpool.engine.requests import Prediction, Work, answer
+from inferpool.engine.serving.pipeline import Pipeline
+from inferpool.engine.serving.requests import Prediction, Work, answer
 
 
 class InlineExecutor:

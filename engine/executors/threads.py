@@ -13,8 +13,8 @@ from queue import Empty, SimpleQueue
 
 from inferpool.engine.errors import DeadlineExceeded, NotReady
 from inferpool.engine.executors.base import ExecutorConfig
-from inferpool.engine.pipeline import Pipeline
-from inferpool.engine.requests import Prediction, Work, deliver
+from inferpool.engine.serving.pipeline import Pipeline
+from inferpool.engine.serving.requests import Prediction, Work, deliver
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from inferpool.engine.spec import ModelSpec
+from inferpool.engine.models.spec import ModelSpec
 
 WEIGHTS = Path(__file__).with_name("digits_cnn.pt")
 HELD_OUT_FILE = Path(__file__).with_name("digits_held_out.jsonl")

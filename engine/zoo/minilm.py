@@ -24,9 +24,9 @@ import torch.nn.functional as F
 
 from inferpool.engine.client import NOT_BLANK
 from inferpool.engine.errors import InvalidInput, ModelLoadError
-from inferpool.engine.handlers import Handler, TextEmbedding, TokenIds
+from inferpool.engine.models.handlers import Handler, TextEmbedding, TokenIds
+from inferpool.engine.models.spec import ModelSpec
 from inferpool.engine.schema import Array
-from inferpool.engine.spec import ModelSpec
 
 MAX_TOKENS = 256
 """The model's limit (sentence-transformers' max_seq_length for it), special tokens included."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from inferpool.engine.spec import ModelSpec
+from inferpool.engine.models.spec import ModelSpec
 
 SEED = 0
 

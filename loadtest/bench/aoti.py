@@ -23,8 +23,8 @@ import torch
 
 from inferpool.engine import BACKENDS, InferenceModule, RuntimeOptions
 from inferpool.engine.backends.base import Runtime
-from inferpool.engine.spec import ModelSpec
-from inferpool.engine.threads import apply_thread_plan
+from inferpool.engine.models.spec import ModelSpec
+from inferpool.engine.plan.threads import apply_thread_plan
 from inferpool.engine.zoo import digits, mlp
 from loadtest.bench import case_parser
 from loadtest.bench.backends import PLAN, latencies, span, throughput

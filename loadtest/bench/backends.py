@@ -35,8 +35,8 @@ from inferpool.engine import BACKENDS, InferenceModule, RuntimeOptions, load_mod
 from inferpool.engine.backends import AUTO
 from inferpool.engine.backends.autoselect import format_table, resolve_backend
 from inferpool.engine.backends.base import Runtime
-from inferpool.engine.dispatch_choice import decide
-from inferpool.engine.threads import ThreadPlan, apply_thread_plan, init_worker_thread, plan_threads
+from inferpool.engine.plan.dispatch_choice import decide
+from inferpool.engine.plan.threads import ThreadPlan, apply_thread_plan, init_worker_thread, plan_threads
 from inferpool.engine.zoo.digits import build
 from loadtest.bench import case_parser
 

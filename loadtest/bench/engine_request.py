@@ -21,9 +21,9 @@ from collections.abc import Callable
 
 import numpy as np
 
+from inferpool.engine.models.source_kinds import DEFAULT_MODEL
 from inferpool.engine.options import RuntimeOptions
-from inferpool.engine.served import ServedModel
-from inferpool.engine.sources import DEFAULT_MODEL
+from inferpool.engine.serving.served import ServedModel
 
 
 def per_request(run: Callable[[int], None], requests: int, repeats: int) -> list[float]:

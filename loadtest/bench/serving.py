@@ -117,7 +117,7 @@ def start(argv: list[str] | None = None) -> dict[str, list[float]]:
 
 
 WIDE_DOC = """The no-flag server on the workloads users bring, against the bare engine's own rate (the limit),
-with and without lending idle cores to a call running alone (inferpool.engine.wide).
+with and without lending idle cores to a call running alone (inferpool.engine.plan.wide).
 
     python -m loadtest.bench wide [--workloads resnet50,minilm16,minilm1,digits] [--duration 8]
                                   [--warmup 2] [--rounds 1] [--out DIR]

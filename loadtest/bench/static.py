@@ -22,7 +22,7 @@ import torch
 from inferpool.engine import BACKENDS, InferenceModule, RuntimeOptions, load_model
 from inferpool.engine.backends.base import Runtime
 from inferpool.engine.backends.static import StaticRuntime
-from inferpool.engine.threads import ThreadPlan, apply_thread_plan
+from inferpool.engine.plan.threads import ThreadPlan, apply_thread_plan
 from loadtest.bench import case_parser
 from loadtest.bench.backends import latencies, span
 

@@ -138,7 +138,7 @@ REQUEST_ID: dict[str, Any] = {
 
 def timeout_parameter(floor_ms: int = MIN_TIMEOUT_MS) -> dict[str, Any]:
     """The deadline header, for a model whose fastest call at start-up took ``floor_ms`` (a
-    shorter deadline is a 400: inferpool.engine.deadline_floor)."""
+    shorter deadline is a 400: inferpool.engine.plan.deadline_floor)."""
     return {
         "name": "X-Request-Timeout-Ms",
         "in": "header",

@@ -19,7 +19,7 @@ LISTED_BATCHES = 32  # the most v2 batch sizes the spec lists one by one (the mo
 # orjson reads a larger JSON integer as a float, which is not an integer to the server.
 _JSON_INT_MAX = 2**64 - 1
 # A v2 BYTES input exists only for a model whose handler takes text, and those refuse blank
-# text (engine/handlers.py), hence the pattern.
+# text (engine/models/handlers.py), hence the pattern.
 _V2_TEXT: dict[str, Any] = {"type": "string", "pattern": NOT_BLANK}
 
 

@@ -2,7 +2,7 @@
 
 Every serving process runs one runtime pool per model, and the pools split the usable CPUs
 (affinity mask and cgroup quota) equally: each gets ``cpus // (processes x models)`` and plans
-its runtimes x intra-op threads within that share (inferpool.engine.threads.plan_threads). A set fits
+its runtimes x intra-op threads within that share (inferpool.engine.plan.threads.plan_threads). A set fits
 when every pool gets at least one CPU and its own plan fits its share; one that does not is
 refused with the numbers and what to lower, unless ``runtime.oversubscribe`` says to run over
 the budget anyway (every pool then gets one CPU at least). The config's models alone keep the
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from inferpool.engine import ConfigError, RuntimeOptions
-from inferpool.engine.threads import ThreadPlan, plan_threads
+from inferpool.engine.plan.threads import ThreadPlan, plan_threads
 
 
 def cpu_shares(processes: int, models: int) -> int:

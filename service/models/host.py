@@ -21,8 +21,8 @@ from inferpool.config import Settings
 from inferpool.engine import ServedModel
 from inferpool.engine.client import EngineClient
 from inferpool.engine.errors import ConfigError, NotReady
-from inferpool.engine.pod_load import PodLoad
-from inferpool.engine.threads import plan_threads
+from inferpool.engine.plan.pod_load import PodLoad
+from inferpool.engine.plan.threads import plan_threads
 from inferpool.service.apierror import ApiError
 from inferpool.service.models.budget import cpu_shares
 from inferpool.service.models.plans import STATIC_VERSION, Key, ModelPlan

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 from inferpool.config import Settings
 from inferpool.engine import ConfigError, RuntimeOptions
-from inferpool.engine.sources import allowed_backends
-from inferpool.engine.threads import serving_processes, usable_cpus
+from inferpool.engine.models.sources import allowed_backends
+from inferpool.engine.plan.threads import serving_processes, usable_cpus
 from inferpool.service.models.budget import cpu_shares, pool_plans
 from inferpool.service.models.repository import ModelFolder, scan
 
@@ -89,7 +89,7 @@ def settings_shares(settings: Settings) -> int:
 
 
 def sized(settings: Settings, cpus: int | None = None) -> Settings:
-    """``workers = 0`` replaced by the process count the CPU budget holds (inferpool.engine.threads);
+    """``workers = 0`` replaced by the process count the CPU budget holds (inferpool.engine.plan.threads);
     an explicit count above the budget is refused unless ``runtime.oversubscribe``. With a
     model repository, the count holds the repository's models too, and the set started with
     must fit the budget (inferpool.service.models.budget), as every set loaded later must."""

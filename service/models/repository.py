@@ -26,7 +26,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from inferpool.config.settings import check_backend, check_handler, check_source
 from inferpool.engine import RuntimeOptions
 from inferpool.engine.errors import ConfigError
-from inferpool.engine.sources import ARCHIVE_SUFFIXES, serving_options
+from inferpool.engine.models.source_kinds import ARCHIVE_SUFFIXES
+from inferpool.engine.models.sources import serving_options
 
 CONFIG = "config.toml"
 

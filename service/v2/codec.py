@@ -6,7 +6,7 @@ shape and byte count agree; copied once only when the view would be misaligned. 
 outputs are the runtime's arrays' own bytes appended to the response. This is the HTTP
 counterpart of AOTInductor's ArrayRef interface.
 
-``BYTES`` tensors (text, for models with a handler: inferpool.engine.handlers) are object arrays of
+``BYTES`` tensors (text, for models with a handler: inferpool.engine.models.handlers) are object arrays of
 ``bytes``: in JSON a list of strings, in binary each element a 4-byte little-endian length and
 then its bytes, as Triton lays them out.
 """

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from inferpool.engine.backends.onnxruntime.export import WEIGHTS_SUFFIX
-from inferpool.engine.module import InferenceModule
+from inferpool.engine.models.module import InferenceModule
 
 Reference = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
 

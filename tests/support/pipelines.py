@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from inferpool.engine.admission import Admission, ServiceTimes
-from inferpool.engine.handlers import Handler
+from inferpool.engine.models.handlers import Handler
 from inferpool.engine.options import RuntimeOptions
-from inferpool.engine.pipeline import Pipeline
 from inferpool.engine.schema import Array, Schema, TensorSpec
+from inferpool.engine.serving.admission import Admission, ServiceTimes
+from inferpool.engine.serving.pipeline import Pipeline
 
 SCHEMA = Schema(inputs=(TensorSpec("x", "float32", (None, None)),), outputs=(TensorSpec("y", "float32", (None, None)),))
 

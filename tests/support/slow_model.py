@@ -72,7 +72,7 @@ SAMPLE_SECONDS = 0.005
 
 class PerSample(torch.nn.Module):
     """The digits CNN, 5 ms slower per sample in the call: a model whose deadline floor grows with
-    the request's sample count (inferpool.engine.deadline_floor)."""
+    the request's sample count (inferpool.engine.plan.deadline_floor)."""
 
     def __init__(self) -> None:
         super().__init__()

@@ -6,7 +6,7 @@ exported with that batch baked in (inferpool.engine.backends.aoti routes request
 key covers the exported graph and every weight's bytes, the batch size, the interface and its
 inductor configs, torch's intra-op thread count at compile time (Inductor generates OpenMP
 regions for it: none for one thread, so a package built for more would run a thread team in a
-process that serve forks after loading, see inferpool.engine.threads.apply_loading_plan) and the machine
+process that serve forks after loading, see inferpool.engine.plan.threads.apply_loading_plan) and the machine
 (torch version, ISA): change any and the key changes.
 """
 
@@ -26,10 +26,10 @@ import torch
 from inferpool.engine.backends import AotiInterface
 from inferpool.engine.compile_cache import cache_dir, content_key, tensor_parts, write_atomically
 from inferpool.engine.errors import ModelLoadError
-from inferpool.engine.module import InferenceModule
+from inferpool.engine.models.module import InferenceModule
+from inferpool.engine.models.sources import load_model
 from inferpool.engine.options import RuntimeOptions
 from inferpool.engine.schema import TensorSpec
-from inferpool.engine.sources import load_model
 
 log = logging.getLogger(__name__)
 

@@ -27,10 +27,10 @@ from inferpool.engine.backends.aoti.runners import INTERFACES, Caller, Shared
 from inferpool.engine.backends.base import Runtime
 from inferpool.engine.backends.parity import Tolerance, eager_outputs, first_mismatch, random_inputs
 from inferpool.engine.errors import ConfigError, InvalidInput, ModelLoadError
-from inferpool.engine.module import InferenceModule
+from inferpool.engine.models.module import InferenceModule
 from inferpool.engine.options import RuntimeOptions
+from inferpool.engine.plan.threads import usable_cpus
 from inferpool.engine.schema import Array
-from inferpool.engine.threads import usable_cpus
 
 
 @dataclass(frozen=True)

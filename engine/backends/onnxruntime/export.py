@@ -49,7 +49,7 @@ from inferpool.engine.compile_cache import (
     write_atomically,
 )
 from inferpool.engine.errors import ModelLoadError, import_optional
-from inferpool.engine.module import InferenceModule
+from inferpool.engine.models.module import InferenceModule
 from inferpool.engine.options import RuntimeOptions
 from inferpool.engine.schema import Array, TensorSpec
 

@@ -19,7 +19,7 @@ with an IOBinding per runtime and with preallocated output buffers; the figures 
 docs/BENCHMARKS.md, "Figures moved from the code").
 
 A call whose callers all stopped waiting is stopped between two operators (``terminate`` on the
-call's own RunOptions: inferpool.engine.call_stop).
+call's own RunOptions: inferpool.engine.serving.call_stop).
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from inferpool.engine import call_stop
 from inferpool.engine.backends.base import Runtime
 from inferpool.engine.backends.onnxruntime.export import (
     KEY_METADATA,
@@ -49,11 +48,12 @@ from inferpool.engine.backends.parity import Tolerance, eager_outputs, first_mis
 from inferpool.engine.backends.precision import check_source, serve_precision
 from inferpool.engine.compile_cache import cache_dir
 from inferpool.engine.errors import CallStopped, ModelLoadError
-from inferpool.engine.module import InferenceModule
-from inferpool.engine.onnx_source import onnx_file_session
+from inferpool.engine.models.module import InferenceModule
+from inferpool.engine.models.onnx_source import onnx_file_session
+from inferpool.engine.models.sources import load_model
 from inferpool.engine.options import RuntimeOptions
 from inferpool.engine.schema import Array
-from inferpool.engine.sources import load_model
+from inferpool.engine.serving import call_stop
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ def session_options(options: RuntimeOptions) -> Any:
     # the parent and a child's runs (still correct: unclaimed work runs on the caller) use one.
     so.intra_op_num_threads = options.intra_op_threads
     # Requests already run in parallel on the runtimes; inter-op parallelism would only
-    # add threads competing for the same cores (as in inferpool.engine.threads for torch).
+    # add threads competing for the same cores (as in inferpool.engine.plan.threads for torch).
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -249,7 +249,7 @@ class OnnxRuntime(Runtime):
     def wide_artifact(cls, module: InferenceModule, options: RuntimeOptions, threads: int) -> Any:
         """A second session on the same checked export for ``threads`` intra-op threads, whose pool
         threads stop spinning as soon as its run returns: it serves only a call running alone
-        (inferpool.engine.wide), and a pool still spinning after it would take the cores the narrow
+        (inferpool.engine.plan.wide), and a pool still spinning after it would take the cores the narrow
         runtimes need once others arrive. They spin within a run: ResNet-50 on 2 threads, one call
         every 2-20 ms, took 31.6 ms a call against 32.6 with spinning off, at the same 1.2 cores
         between calls (docs/BENCHMARKS.md, fifteenth session)."""

@@ -26,7 +26,7 @@ from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from inferpool.engine.backends.static.ops import INPLACE, PREFERRED, first_matching, out_candidates, public
 from inferpool.engine.errors import ModelLoadError
-from inferpool.engine.module import InferenceModule
+from inferpool.engine.models.module import InferenceModule
 from inferpool.engine.schema import Array
 
 aten = torch.ops.aten

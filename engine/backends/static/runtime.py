@@ -37,7 +37,7 @@ from inferpool.engine.backends.static.codegen import EXECUTORS, Program, managed
 from inferpool.engine.backends.static.memory import Buffers
 from inferpool.engine.backends.static.plan import Plan, build_plan, export
 from inferpool.engine.errors import ModelLoadError
-from inferpool.engine.module import InferenceModule
+from inferpool.engine.models.module import InferenceModule
 from inferpool.engine.options import RuntimeOptions
 from inferpool.engine.schema import Array
 

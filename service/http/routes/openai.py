@@ -1,5 +1,5 @@
 """OpenAI's embeddings API: ``POST /v1/embeddings``, ``GET /v1/models[/{model}]``, for every
-model whose handler declares a text embedding (engine/handlers.py, ``TextEmbedding``).
+model whose handler declares a text embedding (engine/models/handlers.py, ``TextEmbedding``).
 
 Embeddings go through the same door, admission, deadlines, batching and metrics as /predict
 (a raw ASGI handler: service/http/fastpath.py); errors on these routes are in the API's shape

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from inferpool.cli.bench_report import LABELS, format_table
-from inferpool.engine.threads import usable_cpus
+from inferpool.engine.plan.threads import usable_cpus
 from inferpool.harness.server import INFERPOOL
 
 PHASES = ["bare", "engine", "http_json", "http_v2_binary", "grpc"]

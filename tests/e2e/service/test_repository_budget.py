@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from inferpool.engine.threads import usable_cpus
+from inferpool.engine.plan.threads import usable_cpus
 from inferpool.harness.metrics import metric_total
 from inferpool.harness.server import INFERPOOL, Server, run_server, wait_ready
 from tests.e2e.service.test_repository import ONES, add_version

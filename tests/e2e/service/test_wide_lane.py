@@ -1,5 +1,5 @@
 """One client, a compute-bound model, no flags: the call it makes runs on every core (the wide
-lane, inferpool.engine.wide), not on one core while the other idles."""
+lane, inferpool.engine.plan.wide), not on one core while the other idles."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ import yaml  # type: ignore[import-untyped]
 
 from inferpool.config import load_settings
 from inferpool.engine import ConfigError
-from inferpool.engine.threads import plan_threads
+from inferpool.engine.plan.threads import plan_threads
 from inferpool.service.models.host import settings_shares, sized
 
 REPO = Path(__file__).resolve().parents[3]

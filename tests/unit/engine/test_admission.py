@@ -17,8 +17,8 @@ from inferpool.engine import (
     RuntimeOptions,
     ServedModel,
 )
-from inferpool.engine.admission import ServiceTimes, count_samples
-from inferpool.engine.threads import ThreadPlan
+from inferpool.engine.plan.threads import ThreadPlan
+from inferpool.engine.serving.admission import ServiceTimes, count_samples
 from inferpool.engine.zoo.digits import build
 
 CALL_SECONDS = 0.03

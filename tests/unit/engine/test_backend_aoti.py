@@ -28,7 +28,7 @@ from inferpool.engine.backends.aoti import AotiRuntime
 from inferpool.engine.backends.aoti import compile as aoti_compile
 from inferpool.engine.backends.aoti.abi import DTYPE_CODES, AotiError, ArrayRefTensor, describe
 from inferpool.engine.backends.aoti.runners import INTERFACES, MinimalArrayrefCaller
-from inferpool.engine.threads import ThreadPlan
+from inferpool.engine.plan.threads import ThreadPlan
 from inferpool.engine.zoo.mlp import build
 
 # Inductor's frozen mkldnn kernels vs eager's: equal to float rounding, not bitwise.

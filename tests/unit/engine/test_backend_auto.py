@@ -16,11 +16,11 @@ from inferpool.engine import BACKENDS, ConfigError, InferenceModule, ModelLoadEr
 from inferpool.engine.backends import AUTO
 from inferpool.engine.backends.autoselect import BackendChoice, resolve_backend
 from inferpool.engine.backends.eager import EagerRuntime
-from inferpool.engine.module import InferenceModule as Module
+from inferpool.engine.models.module import InferenceModule as Module
 from inferpool.engine.options import AUTO_CANDIDATES
 from inferpool.engine.options import RuntimeOptions as Options
+from inferpool.engine.plan.threads import ThreadPlan
 from inferpool.engine.schema import Array
-from inferpool.engine.threads import ThreadPlan
 
 COMPILES: Counter[str] = Counter()
 
@@ -126,7 +126,7 @@ def fakes(monkeypatch):
 
 
 def auto(*names: str, **more: object) -> RuntimeOptions:
-    # dispatch and precision are set: these tests are about the backend (engine/dispatch_choice.py
+    # dispatch and precision are set: these tests are about the backend (engine/plan/dispatch_choice.py
     # and engine/backends/precision_auto.py have their own).
     more = {"precision": "fp32", **more}
     return RuntimeOptions(backend=AUTO, auto_backends=names, num_runtimes=2, warmup_iters=1, dispatch="threads", **more)  # type: ignore[arg-type]

@@ -13,7 +13,7 @@ import torch
 from inferpool.engine import BACKENDS, InferenceModule, ModelLoadError, RuntimeOptions, ServedModel, load_model
 from inferpool.engine.backends.onnxruntime.export import export_key, export_program, source_key
 from inferpool.engine.backends.onnxruntime.runtime import OnnxRuntime, load_session
-from inferpool.engine.threads import ThreadPlan
+from inferpool.engine.plan.threads import ThreadPlan
 from tests.support.backend_checks import check_digits, hide_package
 
 pytest.importorskip("onnxruntime")

@@ -13,7 +13,7 @@ import torch
 
 from inferpool.engine import BACKENDS, InferenceModule, ModelLoadError, RuntimeOptions, ServedModel, load_model
 from inferpool.engine.backends.openvino import CompiledOpenVino, OpenVinoRuntime, probe_apart
-from inferpool.engine.threads import ThreadPlan
+from inferpool.engine.plan.threads import ThreadPlan
 from inferpool.engine.zoo.digits import build as build_digits
 from inferpool.engine.zoo.mlp import build as build_mlp
 from tests.support.backend_checks import check_digits, hide_package, mapped
@@ -184,7 +184,7 @@ FORKED_LANE = """
 import os, signal
 from inferpool.engine import InferenceModule, RuntimeOptions
 from inferpool.engine.backends.openvino import OpenVinoRuntime
-from inferpool.engine.wide import build_lane_bounded, choose
+from inferpool.engine.plan.wide import build_lane_bounded, choose
 from inferpool.engine.zoo.digits import build
 module = InferenceModule.from_spec(build())
 options = RuntimeOptions(backend="openvino", lend_idle_cores="on", warmup_iters=1)

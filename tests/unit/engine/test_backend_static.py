@@ -14,8 +14,8 @@ from inferpool.engine.backends.eager import EagerRuntime
 from inferpool.engine.backends.static import StaticRuntime
 from inferpool.engine.backends.static.memory import Buffers, Slot, assign_offsets
 from inferpool.engine.backends.static.runtime import BUFFER_SETS
-from inferpool.engine.spec import ModelSpec
-from inferpool.engine.threads import ThreadPlan
+from inferpool.engine.models.spec import ModelSpec
+from inferpool.engine.plan.threads import ThreadPlan
 from inferpool.engine.zoo import digits, mlp
 
 # The plan runs the same CPU kernels as eager (out= and in-place variants of the same ops),

@@ -20,8 +20,8 @@ from inferpool.engine import (
     load_model,
 )
 from inferpool.engine.backends.torchscript import StaticArtifact, TorchScriptRuntime
-from inferpool.engine.threads import ThreadPlan
-from inferpool.engine.torchscript_archive import EMBEDDED_DESCRIPTION, TorchScriptArchive, quiet_jit
+from inferpool.engine.models.torchscript_archive import EMBEDDED_DESCRIPTION, TorchScriptArchive, quiet_jit
+from inferpool.engine.plan.threads import ThreadPlan
 from inferpool.engine.zoo import digits, mlp
 
 # Static Runtime runs the same ATen kernels as eager, sometimes as out= or fused variants:

@@ -1,4 +1,4 @@
-"""Batching that never loses (inferpool.engine.batch_choice): a model that cannot gain from batching
+"""Batching that never loses (inferpool.engine.plan.batch_choice): a model that cannot gain from batching
 is reported and joins only queued requests; a request that already carries a batch never waits."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from inferpool.engine import batch_choice
-from inferpool.engine.batch_choice import BatchChoice
 from inferpool.engine.executors.batching import Batcher
-from inferpool.engine.requests import Work
+from inferpool.engine.plan import batch_choice
+from inferpool.engine.plan.batch_choice import BatchChoice
+from inferpool.engine.serving.requests import Work
 from tests.unit.engine.test_batching import FakeModel, assert_answers_alone_at_once, serve
 
 

@@ -10,8 +10,8 @@ import pytest
 from inferpool.engine import InferenceModule, ModelFailed, RuntimeOptions, ServedModel
 from inferpool.engine.executors import ExecutorConfig
 from inferpool.engine.executors.batching import Batcher
-from inferpool.engine.requests import Work
-from inferpool.engine.threads import ThreadPlan
+from inferpool.engine.plan.threads import ThreadPlan
+from inferpool.engine.serving.requests import Work
 from tests.support.fault_models import POISON, raising
 from tests.support.pipelines import fake_pipeline
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from inferpool.engine.call_stop import CallStop, running, take
-from inferpool.engine.requests import Work
+from inferpool.engine.serving.call_stop import CallStop, running, take
+from inferpool.engine.serving.requests import Work
 
 
 def works(count: int) -> tuple[asyncio.AbstractEventLoop, list[Work]]:

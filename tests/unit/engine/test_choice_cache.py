@@ -6,7 +6,7 @@ import pytest
 
 from inferpool.engine.backends import autoselect
 from inferpool.engine.backends.choice_cache import SUFFIX
-from inferpool.engine.module import InferenceModule
+from inferpool.engine.models.module import InferenceModule
 from inferpool.engine.options import RuntimeOptions
 from inferpool.engine.zoo.mlp import build as build_mlp
 

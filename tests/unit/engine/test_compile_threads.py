@@ -11,7 +11,7 @@ import torch
 from inferpool.cli.main import main
 from inferpool.engine import ConfigError, InferenceModule, RuntimeOptions
 from inferpool.engine.backends.aoti import compile as aoti_compile
-from inferpool.engine.threads import apply_loading_plan
+from inferpool.engine.plan.threads import apply_loading_plan
 from inferpool.engine.zoo.mlp import build
 
 

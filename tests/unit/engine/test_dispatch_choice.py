@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from inferpool.engine.dispatch_choice import (
+from inferpool.engine.plan.dispatch_choice import (
     LONG_CALL_US,
     RULES,
     GilProfile,
@@ -124,7 +124,7 @@ def test_decide_skips_the_gil_probe_when_it_cannot_change_the_answer(monkeypatch
         time.sleep(call_us * 1e-6)
 
     probed: list[str] = []
-    monkeypatch.setattr("inferpool.engine.dispatch_choice.measure_gil_hold", lambda *a: probed.append("gil"))
+    monkeypatch.setattr("inferpool.engine.plan.dispatch_choice.measure_gil_hold", lambda *a: probed.append("gil"))
     choice = decide(long_call if call_us else lambda: None, usable_cpus=cpus)
     assert probed == []
     assert choice.figures["rule"] == rule

@@ -21,8 +21,8 @@ from inferpool.engine import (
     WorkerDied,
 )
 from inferpool.engine.executors import EXECUTORS, ExecutorConfig
-from inferpool.engine.requests import Work, request_id
-from inferpool.engine.threads import ThreadPlan
+from inferpool.engine.plan.threads import ThreadPlan
+from inferpool.engine.serving.requests import Work, request_id
 from tests.support.fault_models import POISON, raising
 from tests.support.pipelines import Recorded, fake_pipeline
 

@@ -24,7 +24,7 @@ from inferpool.engine import (
     WorkerDied,
 )
 from inferpool.engine.executors.threads import ThreadSet
-from inferpool.engine.threads import ThreadPlan
+from inferpool.engine.plan.threads import ThreadPlan
 from tests.support.fault_models import POISON, raising
 from tests.unit.engine.fault_models_engine import faulty
 

@@ -15,7 +15,7 @@ import pytest
 
 from inferpool.engine import InferenceModule, RuntimeOptions, ServedModel
 from inferpool.engine.errors import EngineError, InvalidInput
-from inferpool.engine.threads import ThreadPlan
+from inferpool.engine.plan.threads import ThreadPlan
 from tests.support.fault_models import POISON, raising
 from tests.unit.engine.fault_models_engine import faulty
 

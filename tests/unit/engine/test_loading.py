@@ -1,4 +1,4 @@
-"""Loading a served model (inferpool.engine.loading): the source read once, the choices measured
+"""Loading a served model (inferpool.engine.plan.loading): the source read once, the choices measured
 on the warm model before it takes a request, and what the executor is configured with."""
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import pytest
 from inferpool.engine import NotReady, RuntimeOptions, ServedModel
 from inferpool.engine.executors.batching import Batcher
 from inferpool.engine.executors.inline import InlineExecutor
-from inferpool.engine.handlers import Handler
-from inferpool.engine.loading import executor_config, read_source
+from inferpool.engine.models.handlers import Handler
+from inferpool.engine.models.source_kinds import DEFAULT_MODEL
+from inferpool.engine.plan.loading import executor_config, read_source
+from inferpool.engine.plan.threads import ThreadPlan
 from inferpool.engine.schema import Array
-from inferpool.engine.sources import DEFAULT_MODEL
-from inferpool.engine.threads import ThreadPlan
 
 EAGER: dict[str, Any] = {"backend": "eager", "warmup_iters": 1}
 
@@ -56,7 +56,7 @@ def test_a_handler_is_loaded_from_its_reference_and_runs_on_the_inline_path(imag
 
 
 def test_load_without_start_measures_everything_but_takes_no_request(caplog, images):
-    with caplog.at_level(logging.INFO, logger="inferpool.engine.loading"):
+    with caplog.at_level(logging.INFO, logger="inferpool.engine.plan.loading"):
         model = ServedModel.load(DEFAULT_MODEL, RuntimeOptions(**EAGER, dispatch="inline"), start=False)
     try:
         assert any("model 'digits' ready in" in r.getMessage() for r in caplog.records)

@@ -13,7 +13,7 @@ from onnx import TensorProto, helper
 
 from inferpool.config import Settings
 from inferpool.engine import ConfigError, InferenceModule, ModelLoadError, RuntimeOptions
-from inferpool.engine.sources import load_model, serving_options, source_kind
+from inferpool.engine.models.sources import load_model, serving_options, source_kind
 from inferpool.service.models.plans import repository_plans
 from inferpool.service.models.repository import scan
 

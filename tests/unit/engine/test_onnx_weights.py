@@ -21,8 +21,8 @@ from inferpool.engine.backends.onnxruntime.export import WEIGHTS_SUFFIX, source_
 from inferpool.engine.backends.onnxruntime.runtime import OnnxRuntime, checked, load_session
 from inferpool.engine.backends.weights import map_weights
 from inferpool.engine.errors import ModelFailed
-from inferpool.engine.served import ServedModel
-from inferpool.engine.threads import ThreadPlan
+from inferpool.engine.plan.threads import ThreadPlan
+from inferpool.engine.serving.served import ServedModel
 from inferpool.engine.zoo.digits import build
 from tests.support.backend_checks import mapped
 from tests.support.extra_models import WIDE_WEIGHT_BYTES
@@ -179,7 +179,7 @@ PROBE = """
 import json, sys
 from pathlib import Path
 from inferpool.engine import RuntimeOptions
-from inferpool.engine.served import ServedModel
+from inferpool.engine.serving.served import ServedModel
 # lend_idle_cores off: this measures the one session's weights; a wide lane is a documented second copy.
 options = RuntimeOptions(backend=sys.argv[1], compile_cache_dir=sys.argv[2], num_runtimes=1, warmup_iters=1,
                          intra_op_threads=1, dispatch="inline", lend_idle_cores="off")

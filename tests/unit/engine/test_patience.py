@@ -11,10 +11,10 @@ import time
 
 import numpy as np
 
-from inferpool.engine.admission import Admission, ServiceTimes
 from inferpool.engine.executors.base import ExecutorConfig
 from inferpool.engine.executors.batching import Batcher
 from inferpool.engine.executors.patience import FIRST_PROBE, GIVE_UP, LAST_PROBE, Patience
+from inferpool.engine.serving.admission import Admission, ServiceTimes
 from tests.support.pipelines import fake_pipeline
 from tests.unit.engine.test_batching import FakeModel, submit
 

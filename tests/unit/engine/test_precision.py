@@ -13,8 +13,8 @@ import torch
 from inferpool.engine import BACKENDS, InferenceModule, ModelLoadError, RuntimeOptions, ServedModel
 from inferpool.engine.backends import precision
 from inferpool.engine.backends.precision import measure, precision_choice
-from inferpool.engine.spec import ModelSpec
-from inferpool.engine.threads import ThreadPlan
+from inferpool.engine.models.spec import ModelSpec
+from inferpool.engine.plan.threads import ThreadPlan
 
 pytest.importorskip("onnxruntime.quantization")
 OPENVINO = pytest.mark.skipif(find_spec("openvino") is None, reason="openvino is an optional extra")

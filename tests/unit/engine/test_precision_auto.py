@@ -20,8 +20,8 @@ from inferpool.engine.backends.autoselect import resolve_backend
 from inferpool.engine.backends.eager import EagerRuntime
 from inferpool.engine.backends.native_bf16 import native_bf16
 from inferpool.engine.backends.precision_choice import precision_choice
+from inferpool.engine.models.spec import ModelSpec
 from inferpool.engine.schema import Array
-from inferpool.engine.spec import ModelSpec
 
 REDUCED_COMPILES: Counter[str] = Counter()
 

@@ -13,7 +13,7 @@ import torch
 from inferpool.engine import BACKENDS, InferenceModule, ModelLoadError, RuntimeOptions
 from inferpool.engine.backends import openvino as openvino_backend
 from inferpool.engine.backends.precision import precision_choice
-from inferpool.engine.spec import ModelSpec
+from inferpool.engine.models.spec import ModelSpec
 
 openvino = pytest.importorskip("openvino", reason="openvino is an optional extra")
 BF16_CPU = "BF16" in openvino.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")

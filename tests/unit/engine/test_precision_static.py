@@ -13,7 +13,7 @@ import torch
 
 from inferpool.engine import BACKENDS, InferenceModule, ModelLoadError, RuntimeOptions
 from inferpool.engine.backends.precision import precision_choice
-from inferpool.engine.spec import ModelSpec
+from inferpool.engine.models.spec import ModelSpec
 from tests.unit.engine.test_precision import assert_a_warm_start_reuses_the_cache, cosines, eager, run
 
 pytest.importorskip("onnxruntime.quantization")

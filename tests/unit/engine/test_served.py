@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from inferpool.engine import InvalidInput, NotReady, Overloaded, RuntimeOptions, ServedModel
-from inferpool.engine.threads import ThreadPlan
+from inferpool.engine.plan.threads import ThreadPlan
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from inferpool.engine import ServedModel
-from inferpool.engine.threads import ThreadPlan
+from inferpool.engine.plan.threads import ThreadPlan
 
 
 def test_a_pool_shrinks_and_grows_before_start(digits_module, options, images, reference):

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from inferpool.engine.errors import ModelLoadError
-from inferpool.engine.sources import (
-    ARCHIVE_SUFFIXES,
+from inferpool.engine.models.source_kinds import ARCHIVE_SUFFIXES
+from inferpool.engine.models.sources import (
     SOURCES,
     import_object,
     load_export,
@@ -17,7 +17,7 @@ from inferpool.engine.sources import (
     load_model,
     source_kind,
 )
-from inferpool.engine.spec import ModelSpec
+from inferpool.engine.models.spec import ModelSpec
 from inferpool.engine.zoo import mlp
 
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from inferpool.engine import DeadlineExceeded, RuntimeOptions, ServedModel
-from inferpool.engine.requests import Prediction
+from inferpool.engine.serving.requests import Prediction
 
 ONE = [[1.0] * 8]
 SETTINGS: dict[str, Any] = {

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from inferpool.engine import ConfigError, RuntimeOptions
-from inferpool.engine.threads import cgroup_cpu_limit, plan_threads
+from inferpool.engine.plan.threads import cgroup_cpu_limit, plan_threads
 
 
 def test_cgroup_v2_quota(tmp_path):

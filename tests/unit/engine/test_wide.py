@@ -12,11 +12,10 @@ import pytest
 
 from inferpool.engine.backends.base import Runtime
 from inferpool.engine.errors import ModelLoadError
-from inferpool.engine.module import InferenceModule
+from inferpool.engine.models.module import InferenceModule
 from inferpool.engine.options import RuntimeOptions
-from inferpool.engine.pod_load import PodLoad
-from inferpool.engine.runtime_set import RuntimeSet
-from inferpool.engine.wide import (
+from inferpool.engine.plan.pod_load import PodLoad
+from inferpool.engine.plan.wide import (
     QUIET_SECONDS,
     WideChoice,
     WideLane,
@@ -25,6 +24,7 @@ from inferpool.engine.wide import (
     lane_memory_refusal,
     usable_memory_bytes,
 )
+from inferpool.engine.serving.runtime_set import RuntimeSet
 from inferpool.engine.zoo.mlp import build as build_mlp
 
 
@@ -350,8 +350,8 @@ class _TimedRequest:
 def test_the_apart_probe_reports_its_quietest_block(monkeypatch):
     """A neighbour that slows the wide call for a while (steal on a shared host) must not decide:
     the block where the lane gained most is the one reported."""
-    from inferpool.engine import calm_timing
     from inferpool.engine.backends import openvino_probe
+    from inferpool.engine.plan import calm_timing
 
     monkeypatch.setattr(calm_timing, "BLOCKS", 3)
     monkeypatch.setattr(calm_timing, "PAUSE_SECONDS", 0.0)
@@ -364,7 +364,7 @@ def test_the_apart_probe_reports_its_quietest_block(monkeypatch):
 
 
 def test_a_block_that_gains_enough_ends_the_timing(monkeypatch):
-    from inferpool.engine import calm_timing
+    from inferpool.engine.plan import calm_timing
 
     monkeypatch.setattr(calm_timing, "PAUSE_SECONDS", 0.0)
     calls = {"narrow": 0, "wide": 0}

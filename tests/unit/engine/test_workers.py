@@ -12,7 +12,7 @@ import pytest
 
 from inferpool.engine.errors import NotReady
 from inferpool.engine.executors.threads import ThreadSet, refuse_queued
-from inferpool.engine.requests import Work
+from inferpool.engine.serving.requests import Work
 
 
 def eventually(condition, timeout: float = 5.0) -> bool:

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from inferpool.engine.deadline_floor import PATH_SECONDS, DeadlineFloor
-from inferpool.engine.wide import WideChoice
+from inferpool.engine.plan.deadline_floor import PATH_SECONDS, DeadlineFloor
+from inferpool.engine.plan.wide import WideChoice
 from inferpool.service.apierror import ApiError
 from inferpool.service.timing import at_least_pattern, deadline
 

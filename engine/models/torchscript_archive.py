@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from inferpool.engine.errors import ModelLoadError
-from inferpool.engine.spec import ModelSpec
+from inferpool.engine.models.spec import ModelSpec
 
 EMBEDDED_DESCRIPTION = "inferpool.json"
 EXAMPLE_DESCRIPTION = '{"inputs": {"image": {"shape": [1, 1, 8, 8], "dtype": "float32"}}, "output_names": ["label"]}'

@@ -1,6 +1,6 @@
 """What a model's call costs the other threads of the process: the GIL time it holds
 (``measure_gil_hold``) and what handing a job to a worker thread and back costs
-(``measure_handoff``). inferpool.engine.dispatch_choice turns both into inline vs worker threads.
+(``measure_handoff``). inferpool.engine.plan.dispatch_choice turns both into inline vs worker threads.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def measure_gil_hold(call: Callable[[], object], seconds: float = 0.3) -> GilPro
     interleave the windows so load from other processes hits them alike. A call that keeps a
     CPU busy without the GIL (ONNX Runtime, numpy) competes with the spinner for a CPU too,
     which reads as GIL when the CPUs are busy: it could not run beside the event loop then
-    either. On 1 CPU that is always so; inferpool.engine.dispatch_choice does not measure there (no GIL
+    either. On 1 CPU that is always so; inferpool.engine.plan.dispatch_choice does not measure there (no GIL
     share changes the choice)."""
     for _ in range(3):
         call()

@@ -35,10 +35,10 @@ from pathlib import Path
 from typing import Any
 
 from inferpool.engine.backends.base import Runtime
-from inferpool.engine.calm_timing import calmest_pair
 from inferpool.engine.errors import ModelLoadError
-from inferpool.engine.module import InferenceModule
+from inferpool.engine.models.module import InferenceModule
 from inferpool.engine.options import RuntimeOptions
+from inferpool.engine.plan.calm_timing import calmest_pair
 from inferpool.engine.schema import Array
 
 log = logging.getLogger(__name__)

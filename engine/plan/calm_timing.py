@@ -5,7 +5,7 @@ every core far more than the one that needs one, for a second or so at a time: o
 machine of docs/BENCHMARKS.md (fourteenth session), single blocks of MiniLM's call measured
 0.76-1.40x faster wide where the calm figure is ~1.3x, and ResNet-50's 0.82-1.04x where the bare
 engine runs it 1.9x faster on two threads; the wide lane's start-up gate then kept or refused the
-lane by the moment. The lane only runs when the pod is calm (inferpool.engine.pod_load), so the
+lane by the moment. The lane only runs when the pod is calm (inferpool.engine.plan.pod_load), so the
 calm figure is the one that decides: narrow and wide calls alternate, in up to ``BLOCKS`` blocks
 ``PAUSE_SECONDS`` apart, and the block where wide gained most is the answer. A block that gains
 ``enough`` (the gate's figure) ends the timing there: a calm start pays for one block.

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from inferpool.engine.gil_probe import GilProfile, measure_gil_hold, measure_handoff, median_call_us
+from inferpool.engine.plan.gil_probe import GilProfile, measure_gil_hold, measure_handoff, median_call_us
 
 __all__ = ["DispatchChoice", "GilProfile", "choose_dispatch", "decide", "measure_gil_hold", "measure_handoff"]
 

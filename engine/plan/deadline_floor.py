@@ -2,7 +2,7 @@
 start-up plus the path around a call.
 
 A deadline below it is refused as invalid (400, naming the field) by the front ends
-(inferpool.service.timing for one sample, before the body is read; inferpool.engine.served for a
+(inferpool.service.timing for one sample, before the body is read; inferpool.engine.serving.served for a
 request of more, once its samples are counted), instead of being admitted and answered 504 when it
 passes: no amount of retrying makes such a request succeed, so it is the caller's mistake, not a
 transient server state. Whole milliseconds, rounded up: the header is an integer of ms, and any
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from inferpool.engine.client import MIN_FLOOR_MS
 
 if TYPE_CHECKING:  # the lane's module imports the backends, which import the options, which import the pipeline
-    from inferpool.engine.wide import WideChoice
+    from inferpool.engine.plan.wide import WideChoice
 
 __all__ = ["MIN_FLOOR_MS", "PATH_SECONDS", "DeadlineFloor"]
 

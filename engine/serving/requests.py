@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from inferpool.engine.schema import Array
 
 if TYPE_CHECKING:
-    from inferpool.engine.call_stop import CallStop
+    from inferpool.engine.serving.call_stop import CallStop
 
 request_id: ContextVar[str] = ContextVar("request_id", default="-")
 """The id of the request the current code works for, for log lines (front ends set it; the
@@ -95,7 +95,7 @@ class Work:
         self.future: asyncio.Future[Prediction] | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.stop: CallStop | None = None
-        """The running call's stop switch, while a stoppable call runs it (inferpool.engine.call_stop)."""
+        """The running call's stop switch, while a stoppable call runs it (inferpool.engine.serving.call_stop)."""
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[Prediction]:
         """A future on ``loop`` for an answer that will come from another thread."""

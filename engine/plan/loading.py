@@ -1,6 +1,6 @@
 """Loading a served model: from its source to the choices measured before it takes requests.
 
-``ServedModel.load`` reads the source (inferpool.engine.sources), plans the threads and builds
+``ServedModel.load`` reads the source (inferpool.engine.models.sources), plans the threads and builds
 the ``ServedModel``, whose constructor builds the runtimes and the pipeline and then asks
 ``measure`` here for what only timing the warm model can say: admission's first estimates,
 whether batching can win, which executor runs the requests, whether a call alone takes the
@@ -16,23 +16,23 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from inferpool.engine.batch_choice import BatchChoice
-from inferpool.engine.deadline_floor import DeadlineFloor
-from inferpool.engine.dispatch_choice import DispatchChoice, decide
 from inferpool.engine.errors import ConfigError
 from inferpool.engine.executors import ExecutorConfig
-from inferpool.engine.handlers import Handler, load_handler
-from inferpool.engine.module import InferenceModule
+from inferpool.engine.models.handlers import Handler, load_handler
+from inferpool.engine.models.module import InferenceModule
+from inferpool.engine.models.sources import load_model, serving_options
 from inferpool.engine.options import RuntimeOptions
-from inferpool.engine.pipeline import Pipeline
-from inferpool.engine.runtime_set import RuntimeSet
+from inferpool.engine.plan.batch_choice import BatchChoice
+from inferpool.engine.plan.deadline_floor import DeadlineFloor
+from inferpool.engine.plan.dispatch_choice import DispatchChoice, decide
+from inferpool.engine.plan.threads import ThreadPlan, apply_thread_plan, init_worker_thread, plan_threads, usable_cpus
+from inferpool.engine.plan.wide import WideChoice, choose
 from inferpool.engine.schema import Array
-from inferpool.engine.sources import load_model, serving_options
-from inferpool.engine.threads import ThreadPlan, apply_thread_plan, init_worker_thread, plan_threads, usable_cpus
-from inferpool.engine.wide import WideChoice, choose
+from inferpool.engine.serving.pipeline import Pipeline
+from inferpool.engine.serving.runtime_set import RuntimeSet
 
 if TYPE_CHECKING:
-    from inferpool.engine.served import ServedModel
+    from inferpool.engine.serving.served import ServedModel
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ class Measured:
     full_call: tuple[int, float] | None
     """The full-batch call's rows and fastest seconds, when one was timed (the floor's per-sample slope)."""
     batch_choice: BatchChoice | None
-    """For a batched model: whether a request waits for company (inferpool.engine.batch_choice)."""
+    """For a batched model: whether a request waits for company (inferpool.engine.plan.batch_choice)."""
     dispatch_mode: str
     dispatch_selection: dict[str, Any] | None
     wide_choice: WideChoice
@@ -110,7 +110,7 @@ def seed_service_times(
     admission control has the fixed and the per-sample cost before the first request. The
     batch-1 calls' seconds come back and the full batch's (rows, fastest seconds): the deadline
     floor's figures; and for a batched model whether batching can win
-    (inferpool.engine.batch_choice; else None)."""
+    (inferpool.engine.plan.batch_choice; else None)."""
     seconds = example_call_seconds(pipeline, module.example_inputs, repeats=3)
     if not all(spec.batched for spec in module.schema.inputs):
         return seconds, None, None
@@ -142,7 +142,7 @@ def choose_executor(
     batching: BatchChoice | None,
 ) -> tuple[str, dict[str, Any] | None]:  # fmt: skip
     """``batch`` when batching is on, else the configured dispatch, or for ``auto`` the
-    one that measures faster for this backend's call (see inferpool.engine.dispatch_choice)."""
+    one that measures faster for this backend's call (see inferpool.engine.plan.dispatch_choice)."""
     name = pipeline.name
     if options.max_batch_size > 1:
         specs = module.schema.inputs + module.schema.outputs

@@ -16,12 +16,12 @@ from typing import Any
 
 from inferpool.engine.backends.base import Runtime
 from inferpool.engine.errors import EngineError
-from inferpool.engine.module import InferenceModule
+from inferpool.engine.models.module import InferenceModule
 from inferpool.engine.options import RuntimeOptions
-from inferpool.engine.pod_load import PodLoad
-from inferpool.engine.pool import Lease, RuntimePool
+from inferpool.engine.plan.pod_load import PodLoad
+from inferpool.engine.plan.wide import WideLane
 from inferpool.engine.schema import Array
-from inferpool.engine.wide import WideLane
+from inferpool.engine.serving.pool import Lease, RuntimePool
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ class RuntimeSet:
         self.pod = pod or PodLoad()
         """The calls running in every serving process: a call alone may take the wide lane."""
         self.wide: WideLane | None = None
-        """Set where the model gains from every core when it runs alone (inferpool.engine.wide)."""
+        """Set where the model gains from every core when it runs alone (inferpool.engine.plan.wide)."""
 
     def run(self, arrays: Mapping[str, Array]) -> dict[str, Array]:
         """One call: on the wide lane when it is the only call running in the pod, none ran beside

@@ -89,10 +89,10 @@ class Handler(ABC):
 def load_handler(ref: str) -> Handler:
     """``package.module:attr`` -> a Handler: attr is a Handler instance, or a class or factory
     called without arguments (once, at load)."""
-    from inferpool.engine.sources import import_object  # imports torch: not at a front end's import
+    from inferpool.engine.models.sources import import_object  # imports torch: not at a front end's import
 
     target = import_object(ref, "handler", "package.module:attr")
     handler = target if isinstance(target, Handler) else target()
     if not isinstance(handler, Handler):
-        raise ModelLoadError(f"handler {ref!r} gave {type(handler).__name__}, not inferpool.engine.handlers.Handler")
+        raise ModelLoadError(f"handler {ref!r} gave {type(handler).__name__}, not inferpool.engine.Handler")
     return handler

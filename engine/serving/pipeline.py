@@ -6,12 +6,12 @@ handler. An unbatched request is a batch of one, so the worker threads and the b
 same stages and answer with the same ``Prediction``:
 
 - ``admit`` (on the event loop): count the request's samples and let admission control take it
-  or refuse it (inferpool.engine.admission).
+  or refuse it (inferpool.engine.serving.admission).
 - ``prepare`` (per request, on the thread that will run it): refuse it if its caller left or
   its deadline passed, run the handler's preprocess, check the inputs against the schema.
 - ``execute`` (per batch): concatenate, one model call, then ``finish`` each request's rows:
   NaN/inf check, the handler's postprocess, one sample back without its batch dimension. The
-  call can be stopped midway once none of its callers waits (inferpool.engine.call_stop).
+  call can be stopped midway once none of its callers waits (inferpool.engine.serving.call_stop).
 - ``release``: give the request's place in admission control back, exactly once.
 
 ``inline`` runs all of it for the inline executor, on the event loop, in one go: there a call
@@ -36,8 +36,6 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from inferpool.engine.admission import Admission, SampleCount
-from inferpool.engine.call_stop import CallStop, running
 from inferpool.engine.errors import (
     CallStopped,
     DeadlineBelowFloor,
@@ -47,20 +45,22 @@ from inferpool.engine.errors import (
     ModelFailed,
     WorkerDied,
 )
-from inferpool.engine.faults import check_finite
-from inferpool.engine.requests import Outcome, Prediction, Work, request_id
 from inferpool.engine.schema import Array, QuickInputs, Schema, positional
+from inferpool.engine.serving.admission import Admission, SampleCount
+from inferpool.engine.serving.call_stop import CallStop, running
+from inferpool.engine.serving.faults import check_finite
+from inferpool.engine.serving.requests import Outcome, Prediction, Work, request_id
 
 if TYPE_CHECKING:
-    from inferpool.engine.deadline_floor import DeadlineFloor
-    from inferpool.engine.handlers import Handler
+    from inferpool.engine.models.handlers import Handler
     from inferpool.engine.options import RuntimeOptions
+    from inferpool.engine.plan.deadline_floor import DeadlineFloor
 
 log = logging.getLogger(__name__)
 
 
 class Runner(Protocol):
-    """What runs one model call (inferpool.engine.runtime_set.RuntimeSet)."""
+    """What runs one model call (inferpool.engine.serving.runtime_set.RuntimeSet)."""
 
     def run(self, arrays: Mapping[str, Array]) -> dict[str, Array]: ...
 
@@ -86,10 +86,10 @@ class Pipeline:
         left, its deadline passed): a running total, for metrics."""
         self.stopped = 0
         """Model calls stopped midway because every request in them had stopped waiting
-        (inferpool.engine.call_stop): a running total, for metrics."""
+        (inferpool.engine.serving.call_stop): a running total, for metrics."""
         self._abandoned_lock = threading.Lock()  # worker threads count; a lost += would undercount
         self.floor: DeadlineFloor | None = None
-        """The model's deadline floor per sample count, once measured (inferpool.engine.deadline_floor)."""
+        """The model's deadline floor per sample count, once measured (inferpool.engine.plan.deadline_floor)."""
 
     def admit(self, inputs: object, deadline: float | None) -> int:
         """Count a request in for an executor that queues it; its samples (given back at release)."""

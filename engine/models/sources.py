@@ -3,9 +3,9 @@
 - ``package.module:function`` -- a Python factory returning a :class:`ModelSpec`.
 - ``path/to/model.pt2`` -- an archive written by ``torch.export.save``.
 - ``path/to/model.ts`` (or ``.torchscript``) -- a legacy ``torch.jit.save`` archive, with a
-  description of its inputs (see inferpool.engine.torchscript_archive).
+  description of its inputs (see inferpool.engine.models.torchscript_archive).
 - ``path/to/model.onnx`` -- an ONNX model, which only the onnxruntime backend serves (see
-  inferpool.engine.onnx_source).
+  inferpool.engine.models.onnx_source).
 """
 
 from __future__ import annotations
@@ -19,12 +19,11 @@ from typing import Any
 import torch
 
 from inferpool.engine.errors import ConfigError, ModelLoadError
-from inferpool.engine.onnx_source import load_onnx
+from inferpool.engine.models.onnx_source import load_onnx
+from inferpool.engine.models.source_kinds import ARCHIVE_SUFFIXES
+from inferpool.engine.models.spec import ModelSpec
+from inferpool.engine.models.torchscript_archive import load_torchscript
 from inferpool.engine.options import RuntimeOptions
-from inferpool.engine.spec import ModelSpec
-from inferpool.engine.torchscript_archive import load_torchscript
-
-DEFAULT_MODEL = "inferpool.engine.zoo.digits:build"
 
 
 def import_object(ref: str, what: str, form: str = "package.module:function") -> Any:
@@ -102,7 +101,6 @@ SOURCES: dict[str, Callable[[str], ModelSpec]] = {
     "onnx": load_onnx,
     "factory": load_factory,
 }
-ARCHIVE_SUFFIXES = {".pt2": "export", ".ts": "torchscript", ".torchscript": "torchscript", ".onnx": "onnx"}
 SOURCE_BACKENDS = {"onnx": ("onnxruntime", "openvino")}
 """Source kinds only some backends serve, the first under ``auto``: an ONNX file has no torch
 module to compile or time."""

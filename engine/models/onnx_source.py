@@ -19,8 +19,8 @@ import numpy as np
 import torch
 
 from inferpool.engine.errors import ModelLoadError, import_optional
-from inferpool.engine.module import InferenceModule
-from inferpool.engine.spec import ModelSpec
+from inferpool.engine.models.module import InferenceModule
+from inferpool.engine.models.spec import ModelSpec
 
 # onnxruntime's element types, as its sessions name them, to the tensors the engine carries.
 DTYPES: dict[str, torch.dtype] = {

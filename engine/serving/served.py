@@ -2,8 +2,8 @@
 
 One InferenceModule, the RuntimeSet built from it, admission control, and one executor
 (inferpool.engine.executors: inline, worker threads or the batcher) running the one request
-pipeline (inferpool.engine.pipeline), which holds what a request needs. Loading and the choices
-measured at load are inferpool.engine.loading's. The service awaits
+pipeline (inferpool.engine.serving.pipeline), which holds what a request needs. Loading and the choices
+measured at load are inferpool.engine.plan.loading's. The service awaits
 ``model.infer(inputs, deadline, request_id)`` and reads ``info`` and ``stats()``; it never sees torch.
 """
 
@@ -17,26 +17,26 @@ from typing import Any
 
 import torch
 
-from inferpool.engine import loading
-from inferpool.engine.admission import Admission, ServiceTimes
 from inferpool.engine.backends.autoselect import resolve_backend
 from inferpool.engine.backends.base import Runtime
 from inferpool.engine.backends.precision_choice import precision_choice
 from inferpool.engine.client import ModelInfo, ModelStats
-from inferpool.engine.deadline_floor import DeadlineFloor
 from inferpool.engine.errors import NotReady
 from inferpool.engine.executors import EXECUTORS, Executor, ExecutorConfig
-from inferpool.engine.handlers import Handler
-from inferpool.engine.module import InferenceModule
+from inferpool.engine.models.handlers import Handler
+from inferpool.engine.models.module import InferenceModule
 from inferpool.engine.options import RuntimeOptions
-from inferpool.engine.pipeline import Pipeline
-from inferpool.engine.pod_load import PodLoad
-from inferpool.engine.pool import RuntimePool
-from inferpool.engine.requests import Prediction
-from inferpool.engine.runtime_set import RuntimeSet
+from inferpool.engine.plan import loading
+from inferpool.engine.plan.deadline_floor import DeadlineFloor
+from inferpool.engine.plan.pod_load import PodLoad
+from inferpool.engine.plan.threads import ThreadPlan, apply_thread_plan
+from inferpool.engine.plan.wide import build_lane_bounded
 from inferpool.engine.schema import Array, Schema
-from inferpool.engine.threads import ThreadPlan, apply_thread_plan
-from inferpool.engine.wide import build_lane_bounded
+from inferpool.engine.serving.admission import Admission, ServiceTimes
+from inferpool.engine.serving.pipeline import Pipeline
+from inferpool.engine.serving.pool import RuntimePool
+from inferpool.engine.serving.requests import Prediction
+from inferpool.engine.serving.runtime_set import RuntimeSet
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ class ServedModel:
         backend, compiled = self.selection.backend, self.selection.compiled
         self.module = module
         self.handler = handler
-        """Pre- and post-processing around the model (inferpool.engine.handlers); None = tensors in and out."""
+        """Pre- and post-processing around the model (inferpool.engine.models.handlers); None = tensors in and out."""
         self.options = options
         self.plan = plan
         self.max_queue = max_queue
@@ -72,7 +72,7 @@ class ServedModel:
         self.dispatch_mode, self.dispatch_selection = measured.dispatch_mode, measured.dispatch_selection
         self.wide_choice = measured.wide_choice
         self.deadline_floor = DeadlineFloor.measured(measured.seed_seconds, measured.full_call, self.wide_choice)
-        """The shortest deadline this model can meet per sample count (inferpool.engine.deadline_floor):
+        """The shortest deadline this model can meet per sample count (inferpool.engine.plan.deadline_floor):
         a shorter one is invalid."""
         self.deadline_floor_ms = self.deadline_floor.ms()
         self.pipeline.floor = self.deadline_floor
@@ -177,7 +177,7 @@ class ServedModel:
     ) -> ServedModel:
         """Load, compile and warm a model; ``shares`` pools split the CPUs (see plan_threads),
         ``name`` overrides the model's own, ``handler`` ('package.module:attr', see
-        inferpool.engine.handlers) turns request payloads into its inputs and its outputs into answers.
+        inferpool.engine.models.handlers) turns request payloads into its inputs and its outputs into answers.
         ``start=False`` loads for processes forked later, which each call ``start()``."""
         read = loading.read_source(source, options, shares=shares, name=name, handler=handler, start=start)
         served = cls(read.module, read.options, read.plan, max_queue, read.handler, start=start, pod=pod)

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from inferpool.engine.requests import Work
+    from inferpool.engine.serving.requests import Work
 
 _thread = threading.local()
 

@@ -11,8 +11,8 @@ import numpy as np
 import torch
 
 from inferpool.engine.errors import ModelLoadError
+from inferpool.engine.models.spec import ModelSpec
 from inferpool.engine.schema import Array, Schema, TensorSpec, output_names
-from inferpool.engine.spec import ModelSpec
 
 _NUMPY_DTYPES = {
     torch.float32: "float32",
