@@ -2,6 +2,14 @@
 
 No web framework is imported here; ``service`` is one front end built on this API.
 
+The engine's rooms: ``serving`` (the request path: ``ServedModel``, admission, the pipeline,
+the runtimes' pool), ``plan`` (start-up: loading, the measurements taken before a model serves
+and the plan made from them: threads, dispatch, batching, the wide lane, the deadline floor),
+``models`` (sources, ``ModelSpec``, ``InferenceModule``, handlers), ``backends`` (the runtimes),
+``executors`` (where a request runs) and ``zoo`` (the built-in models). At the root, what they
+all share: ``client`` and ``errors`` (a front end's whole view), ``schema``, ``options``,
+``compile_cache``.
+
 The names below load on first use (PEP 562): importing one light module of the engine
 (``inferpool.engine.client``, ``inferpool.engine.errors``: all a front end needs) must not
 import torch, which this package's heavier modules do.
