@@ -51,7 +51,7 @@ def check_source(value: str) -> str:
 
 
 HANDLER_HELP = (
-    "Pre-/post-processing for the model, 'package.module:attr' (see engine/handlers.py): turns a request's "
+    "Pre-/post-processing for the model, 'package.module:attr' (see engine/models/handlers.py): turns a request's "
     "payload (e.g. text) into its input tensors and its outputs into the answer, on the worker thread. "
     "Unset = tensors in, tensors out."
 )

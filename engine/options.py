@@ -14,9 +14,9 @@ from inferpool.engine.backends.native_bf16 import MODES as NATIVE_BF16_MODES
 from inferpool.engine.plan.dispatch_modes import DISPATCH_MODES
 
 LEND_MODES = ("auto", "on", "off")
-"""``lend_idle_cores``: measured, always, never (inferpool.engine.wide)."""
+"""``lend_idle_cores``: measured, always, never (inferpool.engine.plan.wide)."""
 WAIT_MODES = ("auto", "on", "off")
-"""``wait_for_company``: where batching measures a gain, always, never (inferpool.engine.batch_choice)."""
+"""``wait_for_company``: where batching measures a gain, always, never (inferpool.engine.plan.batch_choice)."""
 AUTO_CANDIDATES = ("eager", "static", "onnxruntime")
 """``auto``'s candidates when ``auto_backends`` is (): the ones that compile in about a second
 or less. aoti (tens of seconds on a first compile) and torchscript (deprecated upstream, warns)
@@ -32,7 +32,7 @@ INT8_METHODS = ("dynamic", "static")
 REMOVED = {
     "inline_below_us": "dispatch='auto' no longer compares the call's duration with a fixed threshold: it "
     "measures how long the call holds the GIL and what a hand-off to a worker thread costs "
-    "(engine/dispatch_choice.py); remove the option, or set dispatch='inline' or 'threads' to choose yourself",
+    "(engine/plan/dispatch_choice.py); remove the option, or set dispatch='inline' or 'threads' to choose yourself",
 }
 """Options that were removed, with what to do instead: named in the error, not silently ignored."""
 
@@ -90,7 +90,7 @@ class RuntimeOptions:
     or ``auto`` (the default): at startup, measure the chosen backend's call, the share of it
     that holds the GIL and what a hand-off to a worker thread costs (a fraction of a second), and run inline
     unless the call releases the GIL for longer than a hand-off costs (with 2+ usable CPUs) or
-    is so long that it would stall the event loop (engine/dispatch_choice.py; the figures are
+    is so long that it would stall the event loop (engine/plan/dispatch_choice.py; the figures are
     logged and served at ``/v2/models/{name}/config``). Batching always uses its own threads."""
 
     oversubscribe: bool = False
@@ -176,7 +176,7 @@ class RuntimeOptions:
 
     lend_idle_cores: str = "auto"
     """A call running alone in the whole server may use every usable CPU instead of its
-    runtime's ``intra_op_threads`` (inferpool.engine.wide): ``auto`` (the default) measures the
+    runtime's ``intra_op_threads`` (inferpool.engine.plan.wide): ``auto`` (the default) measures the
     example call at startup and lends when the call takes over 2 ms and runs at least 1.15x faster
     wide; ``on`` lends without the gate; ``off`` never. Costs one more copy of the backend's
     artifact per serving process where it is on (onnxruntime only today). Ignored when

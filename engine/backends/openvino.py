@@ -18,7 +18,7 @@ and one thread answers in a forked child; one with two streams hangs the child's
 (its stream threads stayed in the parent), while a model compiled afresh in the child works. So
 a forked process rebuilds its own whenever the parent's has more than one stream or thread or
 its plan wants more (``needs_own_artifact``), as onnxruntime does for more intra-op threads.
-The wide lane (inferpool.engine.wide: one stream of every core, for a call alone in the pod)
+The wide lane (inferpool.engine.plan.wide: one stream of every core, for a call alone in the pod)
 is never compiled in a parent that forks: a fresh interpreter times it
 (inferpool.engine.backends.openvino_probe), and each forked process builds its own.
 """
@@ -246,7 +246,7 @@ class OpenVinoRuntime(Runtime):
     @classmethod
     def wide_artifact(cls, module: InferenceModule, options: RuntimeOptions, threads: int) -> CompiledOpenVino:
         """The served model again as one stream of ``threads`` threads, in the precision this
-        process tree serves (bf16 only once its verdict says so), for inferpool.engine.wide's lane."""
+        process tree serves (bf16 only once its verdict says so), for inferpool.engine.plan.wide's lane."""
         model, where, _ = model_file(module, options)
         served = _lane_precision(module, options)
         return compile_file(module, model, where, 1, threads, served)

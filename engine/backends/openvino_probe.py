@@ -39,14 +39,14 @@ class Probe(TypedDict):
     examples: list[dict[str, np.ndarray]]
     repeats: int
     enough: float
-    """The gate's speedup: a block that reaches it ends the timing (inferpool.engine.calm_timing)."""
+    """The gate's speedup: a block that reaches it ends the timing (inferpool.engine.plan.calm_timing)."""
 
 
 def median_pair(
     narrow: Any, wide: Any, inputs: dict[str, np.ndarray], repeats: int, enough: float = float("inf")
 ) -> list[float]:
     """The median seconds of ``repeats`` narrow and wide calls on ``inputs``, alternating, from
-    the calmest block (inferpool.engine.calm_timing)."""
+    the calmest block (inferpool.engine.plan.calm_timing)."""
     return list(
         calmest_pair(
             lambda: narrow.infer(inputs, share_inputs=True),

@@ -15,7 +15,7 @@ candidate may join:
    them it judges on the example inputs and seeded variations, at stricter thresholds
    (``SYNTHETIC_MIN_COSINE``, ``SYNTHETIC_MIN_AGREEMENT``), and the log says so;
 4. it must measure ``MIN_SPEEDUP`` times the fp32 winner at the served batch (``max_batch_size``,
-   else one sample), both on one thread, their calls alternating (inferpool.engine.calm_timing).
+   else one sample), both on one thread, their calls alternating (inferpool.engine.plan.calm_timing).
 
 Otherwise fp32 serves, and the log and ``/v2/models/{name}/config`` say why. The gate's figures
 and the timings are cached beside the export (``SUFFIX``), keyed by what the export's key covers,

@@ -5,7 +5,7 @@ every core busy, and leaves all but one core idle when a single compute-bound re
 flight (a ResNet-50 image, a 16-sentence MiniLM batch). So a model whose call is long and gets
 faster with more threads also has a *wide* runtime: its backend's artifact built for every core
 the server may use. A call takes it when it is the only one running in the whole pod
-(inferpool.engine.pod_load) and it is free; otherwise the call runs narrow on the pool as before,
+(inferpool.engine.plan.pod_load) and it is free; otherwise the call runs narrow on the pool as before,
 so a loaded server never oversubscribes its cores, and the wide lane never makes a call wait.
 
 Whether a model gets one is measured at start-up (``choose``): its example call at the plan's
@@ -63,7 +63,7 @@ its start, compile and timed calls; MiniLM's take a few seconds): past it the mo
 without the lane, and start-up goes on."""
 QUIET_SECONDS = (0.002, 0.1)
 """How long the pod must have gone without two calls at once before one alone runs wide: the
-model's own narrow call time, within these bounds (inferpool.engine.pod_load). Under load calls
+model's own narrow call time, within these bounds (inferpool.engine.plan.pod_load). Under load calls
 overlap on every call; one stream of calls never does."""
 LANE_BUILD_SECONDS = 60.0
 """The longest a serving process waits for its own wide lane to build before serving without it."""
@@ -197,7 +197,7 @@ def lane_memory_refusal(module: InferenceModule, processes: int, available: int)
 class _HereTimer:
     """Times the wide artifact in this process, on the lane it builds at the first call (which
     ``choose`` hands back when the lane is kept), its calls alternating with the narrow runtime's
-    (inferpool.engine.calm_timing)."""
+    (inferpool.engine.plan.calm_timing)."""
 
     def __init__(
         self, backend: type[Runtime], module: InferenceModule, options: RuntimeOptions, cpus: int, narrow: Runtime
