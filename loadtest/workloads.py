@@ -10,6 +10,7 @@ beside the peers of ``variants_for(NAME)`` and prints ``limits(NAME)`` above the
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -66,9 +67,14 @@ MINILM_OTHERS = (("InferPool onnxruntime fp32", ("--runtime.backend", "onnxrunti
 """The previous minilm.toml (fp32 on onnxruntime), beside the shipped one."""
 
 BF16_ENGINE = (("backend", "openvino"), ("precision", "bf16"), ("precision_strict", True))
-RESNET_ENGINE = BF16_ENGINE if native_bf16()[0] else (("backend", "onnxruntime"),)
+RESNET_ENGINE = (
+    BF16_ENGINE
+    if native_bf16(os.environ.get("INFERPOOL_RUNTIME__NATIVE_BF16", "auto"))[0]
+    else (("backend", "onnxruntime"),)
+)
 """What the defaults serve ResNet-50 with: OpenVINO bf16 where the CPU runs bf16 natively
-(``precision = "auto"``: 3.85x fp32 here), else onnxruntime fp32."""
+(``precision = "auto"``: 3.85x fp32 here), else onnxruntime fp32; the server's own override
+(``INFERPOOL_RUNTIME__NATIVE_BF16=off``) holds for the limit too."""
 MINILM_PLAIN = (
     "--model",
     "inferpool.engine.zoo.minilm:build",
