@@ -110,7 +110,10 @@ def choose_precision(
     if call_us < MIN_CALL_SECONDS * 1e6:
         return _fp32(module, options, f"the fp32 call takes {call_us / 1e3:.3f} ms, under "
                      f"{MIN_CALL_SECONDS * 1e3:g} ms: bf16 cannot pay for its compile")  # fmt: skip
-    path = _verdict_path(module, options, fp32_name)
+    try:
+        path = _verdict_path(module, options, fp32_name)
+    except importlib.metadata.PackageNotFoundError:  # a core dependency, but an install can still lack it
+        return _fp32(module, options, f"{backend_name} is not installed (pip install {backend_name}): no bf16")
     verdict = _read(path) if path is not None else None
     if verdict is not None and not _wins(options, verdict):
         return _decide(module, options, backend_name, verdict, True, None)  # nothing to compile

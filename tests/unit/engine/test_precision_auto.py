@@ -3,6 +3,7 @@ settings, the cache), and a real model whose bf16 answers drift, refused on Open
 
 from __future__ import annotations
 
+import importlib.metadata
 import subprocess
 import sys
 import time
@@ -250,3 +251,17 @@ def test_the_digits_model_never_imports_openvino(tmp_path) -> None:
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["fp32", "False"], done.stdout
+
+
+def test_without_openvino_installed_fp32_serves(digits_module, fake_bf16, tmp_path, monkeypatch) -> None:
+    fake_bf16(FakeBf16)
+
+    def missing(name: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", missing)
+    assert resolve_backend(digits_module, auto(tmp_path)).name == "slow_fp32"
+    verdict = precision_choice(digits_module)
+    assert verdict is not None
+    assert verdict.served == "fp32"
+    assert "is not installed" in verdict.reason
