@@ -138,14 +138,13 @@ def _with_precision(module: InferenceModule, options: RuntimeOptions, fp32: Back
     (inferpool.engine.backends.precision_auto), with its row added to the table."""
     if options.precision != "auto":
         return fp32
-    row = next((t for t in fp32.trials if t.backend == fp32.name), None)
+    batch1_us = next((t.batch1_us for t in fp32.trials if t.backend == fp32.name), None)
 
     def fp32_runtime() -> Runtime:
         runtime = fp32.backend(module, options, fp32.compiled)
         runtime.warmup()
         return runtime
 
-    batch1_us = None if row is None else row.batch1_us
     reduced = choose_precision(module, options, fp32.name, fp32_runtime, batch1_us)
     if reduced is None:
         return fp32
