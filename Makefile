@@ -43,7 +43,7 @@ test: $(STAMP) $(PROMTOOL) $(PROMETHEUS) $(KSERVE_PYTHON)
 	$(BIN)/pytest
 
 ## No server, no app: functions, engine objects, codec, settings, CLI parsing (a few minutes).
-test-unit: $(STAMP) $(PROMTOOL)
+test-unit: $(STAMP) $(PROMTOOL) $(KSERVE_PYTHON)
 	$(BIN)/pytest tests/unit
 
 ## The FastAPI app in-process (TestClient).

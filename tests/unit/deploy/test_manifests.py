@@ -4,9 +4,9 @@ overlays deploy/overlays/{dev,production,minilm}, and deploy/monitoring) and val
 Built-in kinds are validated with kubernetes-validate (bundled OpenAPI-derived JSON schemas)
 in strict mode, which rejects unknown fields, for the oldest Kubernetes version these
 manifests support (1.33) and the newest the installed package knows. kubernetes-validate has
-no schemas for custom resources: ServiceMonitor (Prometheus Operator) and InferenceService
-(KServe) are only parsed and checked here for the fields their CRDs require and for
-consistency with the rest; the InferenceService's container is validated as a core/v1 Pod.
+no schemas for custom resources: the ServiceMonitor (Prometheus Operator) is checked here for
+the fields its CRD requires and for consistency with the rest; the KServe ServingRuntime and
+InferenceService are checked against the KServe SDK's models in tests/unit/deploy/test_kserve.py.
 The consistency checks below run on the production overlay; every overlay gets the strict
 validation, the CPU budget and the shutdown timeline (tests/unit/deploy/test_overlays.py has the
 checks particular to each overlay).
@@ -31,7 +31,7 @@ from tests.support.kustomize import DEPLOY, OVERLAYS, render
 
 REPO = Path(__file__).resolve().parents[3]
 VERSIONS = ["1.33", kubernetes_validate.latest_version()]
-CRD_KINDS = {"ServiceMonitor", "InferenceService"}
+CRD_KINDS = {"ServiceMonitor", "InferenceService", "ServingRuntime"}
 INFLIGHT = "inferpool_inflight_requests"
 MARGIN_SECONDS = 5
 
@@ -244,27 +244,3 @@ def test_service_monitor_scrapes_the_service_metrics_port():
         assert endpoint.get("path", "/metrics") == "/metrics"
     annotations = _one("Deployment")["spec"]["template"]["metadata"]["annotations"]
     assert annotations["prometheus.io/path"] == "/metrics"
-
-
-def test_kserve_inference_service_custom_container_v2():
-    # CRD serving.kserve.io/v1beta1: not validated by kubernetes-validate. KServe requires
-    # spec.predictor; a custom predictor is a PodSpec whose serving container is named
-    # kserve-container and declares its protocol in the PROTOCOL env var (v1 or v2).
-    isvc = _one("InferenceService")
-    assert isvc["apiVersion"] == "serving.kserve.io/v1beta1"
-    predictor = isvc["spec"]["predictor"]
-    container = predictor["containers"][0]
-    assert container["name"] == "kserve-container"
-    assert container["image"] == _container(_one("Deployment"))["image"]
-    env = {e["name"]: e for e in container["env"]}
-    assert env["PROTOCOL"]["value"] == "v2"
-    ref = env["INFERPOOL_WORKERS"]["valueFrom"]["resourceFieldRef"]
-    assert ref["containerName"] == container["name"]
-    assert container["resources"]["requests"] == container["resources"]["limits"]
-    assert 1 <= predictor["minReplicas"] <= predictor["maxReplicas"]
-
-    # The pod part is core/v1: validate it strictly as a Pod.
-    extension_fields = {"minReplicas", "maxReplicas", "scaleTarget", "scaleMetric", "containerConcurrency"}
-    pod_spec = {k: v for k, v in predictor.items() if k not in extension_fields}
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "isvc-check"}, "spec": pod_spec}
-    kubernetes_validate.validate(pod, VERSIONS[0], strict=True)
