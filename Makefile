@@ -4,6 +4,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 SERVE_STAMP := $(VENV)/.installed-core
 PROMTOOL := $(BIN)/promtool
+PROMETHEUS := $(BIN)/prometheus
 # The KServe SDK pins its own FastAPI/httpx stack: it gets a venv of its own for the v2 client test.
 KSERVE_PYTHON := .venv-kserve/bin/python
 
@@ -24,23 +25,25 @@ $(SERVE_STAMP): pyproject.toml
 serve: $(SERVE_STAMP)
 	$(BIN)/inferpool serve
 
-# promtool lints /metrics in the tests; Debian's prometheus package ships it, and only the
-# binary is extracted (no daemon is installed).
-$(PROMTOOL): | $(STAMP)
+# promtool lints /metrics and unit-tests deploy/monitoring/alerts.yaml; the prometheus server
+# evaluates the dashboard's queries against a real scrape (tests/e2e/deploy/test_dashboard.py).
+# Debian's prometheus package ships both: only the binaries are extracted (no daemon is installed).
+$(PROMTOOL) $(PROMETHEUS) &: | $(STAMP)
 	tmp=$$(mktemp -d) && cd $$tmp && chmod 777 $$tmp && \
 	  { apt-get download prometheus >/dev/null 2>&1 || { apt-get update -qq && apt-get download prometheus; }; } && \
-	  dpkg-deb -x prometheus_*.deb x && cp x/usr/bin/promtool $(abspath $(PROMTOOL)) && rm -rf $$tmp
+	  dpkg-deb -x prometheus_*.deb x && cp x/usr/bin/promtool $(abspath $(PROMTOOL)) && \
+	  cp x/usr/bin/prometheus $(abspath $(PROMETHEUS)) && rm -rf $$tmp
 
 $(KSERVE_PYTHON):
 	python3 -m venv .venv-kserve
 	.venv-kserve/bin/python -m pip install --quiet 'kserve>=0.15,<1'
 
 ## Run the whole test suite: tests/unit, tests/integration, then tests/e2e (see README.md).
-test: $(STAMP) $(PROMTOOL) $(KSERVE_PYTHON)
+test: $(STAMP) $(PROMTOOL) $(PROMETHEUS) $(KSERVE_PYTHON)
 	$(BIN)/pytest
 
 ## No server, no app: functions, engine objects, codec, settings, CLI parsing (a few minutes).
-test-unit: $(STAMP)
+test-unit: $(STAMP) $(PROMTOOL) $(KSERVE_PYTHON)
 	$(BIN)/pytest tests/unit
 
 ## The FastAPI app in-process (TestClient).
@@ -48,7 +51,7 @@ test-integration: $(STAMP)
 	$(BIN)/pytest tests/integration
 
 ## Real server subprocesses, the Dockerfile replay, CLI commands as processes (10-15 minutes).
-test-e2e: $(STAMP) $(PROMTOOL) $(KSERVE_PYTHON)
+test-e2e: $(STAMP) $(PROMTOOL) $(PROMETHEUS) $(KSERVE_PYTHON)
 	$(BIN)/pytest tests/e2e
 
 ## The image for real: a Docker engine (installed and started when missing), a local base image

@@ -1,11 +1,15 @@
-"""deploy/: the Kubernetes manifests, validated offline.
+"""deploy/: the Kubernetes manifests, rendered with ``kubectl kustomize`` (deploy/base plus the
+overlays deploy/overlays/{dev,production,minilm}, and deploy/monitoring) and validated offline.
 
 Built-in kinds are validated with kubernetes-validate (bundled OpenAPI-derived JSON schemas)
 in strict mode, which rejects unknown fields, for the oldest Kubernetes version these
 manifests support (1.33) and the newest the installed package knows. kubernetes-validate has
-no schemas for custom resources: ServiceMonitor (Prometheus Operator) and InferenceService
-(KServe) are only parsed and checked here for the fields their CRDs require and for
-consistency with the rest; the InferenceService's container is validated as a core/v1 Pod.
+no schemas for custom resources: the ServiceMonitor (Prometheus Operator) is checked here for
+the fields its CRD requires and for consistency with the rest; the KServe ServingRuntime and
+InferenceService are checked against the KServe SDK's models in tests/unit/deploy/test_kserve.py.
+The consistency checks below run on the production overlay; every overlay gets the strict
+validation, the CPU budget and the shutdown timeline (tests/unit/deploy/test_overlays.py has the
+checks particular to each overlay).
 """
 
 from __future__ import annotations
@@ -23,11 +27,11 @@ from inferpool.config import load_settings
 from inferpool.engine import ConfigError
 from inferpool.engine.plan.threads import plan_threads
 from inferpool.service.models.host import settings_shares, sized
+from tests.support.kustomize import DEPLOY, OVERLAYS, render
 
 REPO = Path(__file__).resolve().parents[3]
-DEPLOY = REPO / "deploy"
 VERSIONS = ["1.33", kubernetes_validate.latest_version()]
-CRD_KINDS = {"ServiceMonitor", "InferenceService"}
+CRD_KINDS = {"ServiceMonitor", "InferenceService", "ServingRuntime"}
 INFLIGHT = "inferpool_inflight_requests"
 MARGIN_SECONDS = 5
 
@@ -36,14 +40,27 @@ def _load(path: Path) -> list[dict]:
     return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
 
 
-MANIFESTS = {path.relative_to(DEPLOY).as_posix(): _load(path) for path in sorted(DEPLOY.rglob("*.yaml"))}
+# What `kubectl apply -k` gets from each kustomization, and the KServe files (applied as they are).
+MANIFESTS = {
+    **{f"overlays/{name}": list(render(f"overlays/{name}")) for name in OVERLAYS},
+    "monitoring": list(render("monitoring")),
+    **{path.relative_to(DEPLOY).as_posix(): _load(path) for path in sorted((DEPLOY / "kserve").glob("*.yaml"))},
+}
 RESOURCES = [(name, doc) for name, docs in MANIFESTS.items() for doc in docs]
+# The consistency checks: production, its monitoring, KServe.
+CHECKED = [(n, d) for n, d in RESOURCES if n in {"overlays/production", "monitoring"} or n.startswith("kserve/")]
+DEPLOYMENTS = [(n, d) for n, d in RESOURCES if d["kind"] == "Deployment"]
 
 
 def _one(kind: str) -> dict:
-    found = [doc for _, doc in RESOURCES if doc["kind"] == kind]
+    found = [doc for _, doc in CHECKED if doc["kind"] == kind and not _generated(doc)]
     assert len(found) == 1, f"expected one {kind}, found {len(found)}"
     return found[0]
+
+
+def _generated(doc: dict) -> bool:
+    """The ConfigMaps deploy/monitoring generates from the dashboard and the alert rules."""
+    return doc["kind"] == "ConfigMap" and doc["metadata"]["name"].startswith("inferpool-")
 
 
 def _container(deployment: dict) -> dict:
@@ -74,14 +91,12 @@ def _resolve_env(container: dict) -> dict[str, str]:
 
 
 def test_every_manifest_parses_and_names_its_resources():
-    assert set(MANIFESTS) >= {
-        "deployment.yaml",
-        "service.yaml",
-        "hpa.yaml",
-        "monitoring/servicemonitor.yaml",
-        "monitoring/prometheus-adapter-rules.yaml",
-        "kserve/inferenceservice.yaml",
-    }
+    kinds = {name: sorted(doc["kind"] for doc in docs) for name, docs in MANIFESTS.items()}
+    assert kinds["overlays/dev"] == ["Deployment", "Service"]
+    assert kinds["overlays/production"] == ["Deployment", "HorizontalPodAutoscaler", "PodDisruptionBudget", "Service"]
+    assert kinds["overlays/minilm"] == kinds["overlays/production"]
+    assert kinds["monitoring"] == ["ConfigMap", "ConfigMap", "ConfigMap", "ServiceMonitor"]
+    assert "kserve/inferenceservice.yaml" in kinds
     for name, doc in RESOURCES:
         assert {"apiVersion", "kind", "metadata"} <= doc.keys(), name
         assert doc["metadata"]["name"], name
@@ -109,8 +124,9 @@ def test_strict_validation_catches_mistakes():
         kubernetes_validate.validate(hpa, VERSIONS[0], strict=True)
 
 
-def test_cpu_requests_equal_whole_cpu_limits_and_drive_the_thread_budget(monkeypatch):
-    container = _container(_one("Deployment"))
+@pytest.mark.parametrize(("name", "deployment"), DEPLOYMENTS, ids=[n for n, _ in DEPLOYMENTS])
+def test_cpu_requests_equal_whole_cpu_limits_and_drive_the_thread_budget(monkeypatch, name, deployment):
+    container = _container(deployment)
     resources = container["resources"]
     assert resources["requests"] == resources["limits"], "Guaranteed QoS: requests = limits"
     limit = _cpus(resources["limits"]["cpu"])
@@ -139,8 +155,8 @@ def test_cpu_requests_equal_whole_cpu_limits_and_drive_the_thread_budget(monkeyp
         sized(load_settings(), cpus=1)
 
 
-def test_probes_and_shutdown_timeline():
-    deployment = _one("Deployment")
+@pytest.mark.parametrize(("name", "deployment"), DEPLOYMENTS, ids=[n for n, _ in DEPLOYMENTS])
+def test_probes_and_shutdown_timeline(name, deployment):
     pod = deployment["spec"]["template"]["spec"]
     container = _container(deployment)
     assert container["startupProbe"]["httpGet"]["path"] == "/health/ready"
@@ -152,10 +168,12 @@ def test_probes_and_shutdown_timeline():
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert container[probe]["httpGet"]["port"] in ports
 
-    pre_stop = container["lifecycle"]["preStop"]["sleep"]["seconds"]
+    pre_stop = container.get("lifecycle", {}).get("preStop", {}).get("sleep", {}).get("seconds", 0)
     drain = int(_resolve_env(container)["INFERPOOL_DRAIN_SECONDS"])
     grace = pod["terminationGracePeriodSeconds"]
-    assert pre_stop >= 1
+    if name != "overlays/dev":  # a replica behind a Service that is scaled and drained
+        assert pre_stop >= 1
+        assert drain >= 10
     assert grace >= pre_stop + drain + MARGIN_SECONDS, (grace, pre_stop, drain)
     assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
 
@@ -226,27 +244,3 @@ def test_service_monitor_scrapes_the_service_metrics_port():
         assert endpoint.get("path", "/metrics") == "/metrics"
     annotations = _one("Deployment")["spec"]["template"]["metadata"]["annotations"]
     assert annotations["prometheus.io/path"] == "/metrics"
-
-
-def test_kserve_inference_service_custom_container_v2():
-    # CRD serving.kserve.io/v1beta1: not validated by kubernetes-validate. KServe requires
-    # spec.predictor; a custom predictor is a PodSpec whose serving container is named
-    # kserve-container and declares its protocol in the PROTOCOL env var (v1 or v2).
-    isvc = _one("InferenceService")
-    assert isvc["apiVersion"] == "serving.kserve.io/v1beta1"
-    predictor = isvc["spec"]["predictor"]
-    container = predictor["containers"][0]
-    assert container["name"] == "kserve-container"
-    assert container["image"] == _container(_one("Deployment"))["image"]
-    env = {e["name"]: e for e in container["env"]}
-    assert env["PROTOCOL"]["value"] == "v2"
-    ref = env["INFERPOOL_WORKERS"]["valueFrom"]["resourceFieldRef"]
-    assert ref["containerName"] == container["name"]
-    assert container["resources"]["requests"] == container["resources"]["limits"]
-    assert 1 <= predictor["minReplicas"] <= predictor["maxReplicas"]
-
-    # The pod part is core/v1: validate it strictly as a Pod.
-    extension_fields = {"minReplicas", "maxReplicas", "scaleTarget", "scaleMetric", "containerConcurrency"}
-    pod_spec = {k: v for k, v in predictor.items() if k not in extension_fields}
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "isvc-check"}, "spec": pod_spec}
-    kubernetes_validate.validate(pod, VERSIONS[0], strict=True)
