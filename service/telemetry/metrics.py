@@ -164,7 +164,7 @@ class Metrics:
         self.door_capacity = gauge("inferpool_door_capacity", limit, labels=())
         self._door: Callable[[], tuple[int, int | None]] | None = None
         # "version" is the server's here (it was first); the model's is "model_version".
-        info_labels = ("version", "model", "model_version", "backend", "dispatch", "torch_version")
+        info_labels = ("version", "model", "model_version", "backend", "precision", "dispatch", "torch_version")
         self.info = gauge("inferpool_build_info", "Always 1; the labels say what is serving.", "max", info_labels)
 
     @classmethod
@@ -203,7 +203,8 @@ class Metrics:
         info = model.info
         self.runtimes.labels(*labels).set(info.runtimes)
         self.threads.labels(*labels).set(info.threads)
-        self.info.labels(server_version, *labels, info.backend, info.dispatch, info.torch_version).set(1)
+        precision = (info.precision_selection or {}).get("served", "fp32")  # None: fp32 was asked
+        self.info.labels(server_version, *labels, info.backend, precision, info.dispatch, info.torch_version).set(1)
         self.refresh(model, labels, force=True)
         # Its phases' slots now, at zero: made at its first request instead, they cost that
         # request over a millisecond (a forked process's first allocation in its metrics file).

@@ -125,6 +125,7 @@ def test_pool_gauges_and_info(faulty):
     info = [labels for (name, labels) in samples if name == "inferpool_build_info"]
     assert len(info) == 1
     assert dict(info[0])["backend"] == "eager"
+    assert dict(info[0])["precision"] == "fp32"  # auto: the digits CNN's call is far under 1 ms
     assert dict(info[0])["torch_version"].startswith("2.13")
 
 

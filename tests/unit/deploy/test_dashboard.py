@@ -20,7 +20,7 @@ REQUIRED = {
     "Door: requests inside vs capacity (per replica)": "inferpool_door_capacity",
     "Batch size (samples per model call)": "inferpool_batch_size_bucket",
     "Server overhead vs inference (p99)": "inferpool_server_overhead_seconds_bucket",
-    "Backend and dispatch in use": "inferpool_build_info",
+    "Backend, precision and dispatch in use": "inferpool_build_info",
 }
 
 
