@@ -48,7 +48,7 @@ from inferpool.engine.compile_cache import artifact_path, cache_dir, content_key
 from inferpool.engine.errors import EngineError
 from inferpool.engine.models.module import InferenceModule
 from inferpool.engine.options import RuntimeOptions
-from inferpool.engine.plan.calm_timing import calmest_pair
+from inferpool.engine.plan.calm_timing import calmest_pair, median_seconds
 from inferpool.engine.schema import Array
 
 log = logging.getLogger(__name__)
@@ -106,7 +106,11 @@ def choose_precision(
         return _fp32(module, options, f"backend {options.backend!r} runs no bf16 (backend 'auto' or "
                      f"{backend_name!r} lets precision 'auto' try it)")  # fmt: skip
     fp32 = cache(fp32_runtime)  # built once, and only where bf16 is tried
-    call_us = fp32_batch1_us if fp32_batch1_us is not None else _median_s(fp32(), module.examples(1)) * 1e6
+    call_us = (
+        fp32_batch1_us
+        if fp32_batch1_us is not None
+        else median_seconds(lambda: fp32().run(module.examples(1)), REPEATS) * 1e6
+    )
     if call_us < MIN_CALL_SECONDS * 1e6:
         return _fp32(module, options, f"the fp32 call takes {call_us / 1e3:.3f} ms, under "
                      f"{MIN_CALL_SECONDS * 1e3:g} ms: bf16 cannot pay for its compile")  # fmt: skip
@@ -199,16 +203,6 @@ def _answers(runtime: Runtime, module: InferenceModule, batches: Sequence[Mappin
         got = runtime.run({name: np.ascontiguousarray(a) for name, a in batch.items()})
         answers.append([got[name] for name in names])
     return answers
-
-
-def _median_s(runtime: Runtime, inputs: Mapping[str, Array]) -> float:
-    runtime.run(inputs)
-    times = []
-    for _ in range(REPEATS):
-        started = time.perf_counter()
-        runtime.run(inputs)
-        times.append(time.perf_counter() - started)
-    return sorted(times)[len(times) // 2]
 
 
 def _verdict_path(module: InferenceModule, options: RuntimeOptions, fp32_name: str) -> Path | None:

@@ -24,6 +24,18 @@ BLOCKS = 3
 PAUSE_SECONDS = 0.1
 
 
+def median_seconds(call: Callable[[], object], repeats: int) -> float:
+    """Median seconds of ``repeats`` calls of ``call``, after one that warms it (a new
+    artifact's first run allocates)."""
+    call()
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
 def calmest_pair(
     narrow: Callable[[], object], wide: Callable[[], object], repeats: int, enough: float = math.inf
 ) -> tuple[float, float]:

@@ -26,10 +26,8 @@ serving processes build a lane. A probe that fails or overruns costs the lane, n
 from __future__ import annotations
 
 import logging
-import statistics
 import threading
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -38,7 +36,7 @@ from inferpool.engine.backends.base import Runtime
 from inferpool.engine.errors import ModelLoadError
 from inferpool.engine.models.module import InferenceModule
 from inferpool.engine.options import RuntimeOptions
-from inferpool.engine.plan.calm_timing import calmest_pair
+from inferpool.engine.plan.calm_timing import calmest_pair, median_seconds
 from inferpool.engine.schema import Array
 
 log = logging.getLogger(__name__)
@@ -160,16 +158,6 @@ def build_lane_bounded(
     return None, f"building the wide lane took over {timeout:g} s (its thread is left behind)"
 
 
-def _median_seconds(call: Callable[[], object]) -> float:
-    call()  # warm: a new artifact's first run allocates
-    times = []
-    for _ in range(REPEATS):
-        started = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
-
-
 def usable_memory_bytes(cgroup: Path = Path("/sys/fs/cgroup"), meminfo: Path = Path("/proc/meminfo")) -> int:
     """The cgroup's memory limit (v2, then v1) when there is one, else the kernel's MemAvailable."""
     for limit in (cgroup / "memory.max", cgroup / "memory" / "memory.limit_in_bytes"):
@@ -264,7 +252,7 @@ def choose(
     refusal = lane_memory_refusal(module, processes, usable_memory_bytes())
     if refusal is not None and options.lend_idle_cores == "auto":
         return WideChoice(cpus, False, refusal), None
-    one = _median_seconds(lambda: narrow.run(module.example_inputs))
+    one = median_seconds(lambda: narrow.run(module.example_inputs), REPEATS)
     probe_batches = one < PROBE_UNDER_SECONDS and all(spec.batched for spec in module.schema.inputs)
     rows = [1, BATCH_PROBE] if probe_batches else [1]
     apart = forks and backend.wide_probe_apart
@@ -277,7 +265,7 @@ def choose(
         choice = _measure(timer, options, cpus, 1, one)
         if not choice.enabled and probe_batches:
             example = module.examples(BATCH_PROBE)
-            choice = _measure(timer, options, cpus, BATCH_PROBE, _median_seconds(lambda: narrow.run(example)))
+            choice = _measure(timer, options, cpus, BATCH_PROBE, median_seconds(lambda: narrow.run(example), REPEATS))
     except ModelLoadError as exc:  # the lane is an optimisation: the model serves without it
         log.warning("model %r: no wide lane: %s", module.name, exc)
         return WideChoice(cpus, False, f"the wide lane could not be measured: {exc}"), None
