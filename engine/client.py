@@ -17,6 +17,14 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from inferpool.engine.models.handlers import Handler, TextEmbedding, TokenIds
+from inferpool.engine.models.text_api import (
+    TextClassification,
+    TextInputs,
+    TextPairs,
+    TextRerank,
+    TextTokenizer,
+    Token,
+)
 from inferpool.engine.schema import Array, Schema, TensorSpec
 from inferpool.engine.serving.requests import Prediction, request_id
 
@@ -41,7 +49,13 @@ __all__ = [
     "Prediction",
     "Schema",
     "TensorSpec",
+    "TextClassification",
     "TextEmbedding",
+    "TextInputs",
+    "TextPairs",
+    "TextRerank",
+    "TextTokenizer",
+    "Token",
     "TokenIds",
     "request_id",
 ]

@@ -19,7 +19,8 @@ around the usual checks:
 - ``request_schema`` / ``response_schema`` are the JSON Schemas of /predict's ``inputs`` and
   ``outputs``, for the OpenAPI docs; ``v2_inputs`` / ``v2_outputs`` the v2 metadata tensors.
 - ``text_embedding``, set by a handler whose model embeds text, is what OpenAI's embeddings API
-  (``/v1/embeddings``) serves: see :class:`TextEmbedding`.
+  (``/v1/embeddings``) serves: see :class:`TextEmbedding`; ``text_rerank``,
+  ``text_classification`` and ``text_tokenizer`` are the other text routes' (text_api).
 
 With dynamic batching, a request's rows are batched with others of the same per-sample shape:
 a handler that pads should pad to a few fixed lengths (buckets) so that requests can share a call.
@@ -33,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from inferpool.engine.errors import ModelLoadError
+from inferpool.engine.models.text_api import TextClassification, TextRerank, TextTokenizer
 from inferpool.engine.schema import Array
 
 
@@ -52,6 +54,11 @@ class TextEmbedding:
     """Whether ``preprocess`` takes :class:`TokenIds` (the API's token-array inputs)."""
     max_tokens: int | None = None
     """The longest token list ``preprocess`` takes (None: no limit it can state)."""
+    prompts: tuple[tuple[str, str], ...] = ()
+    """Named prompts ``(name, prefix)`` a request may ask for (``prompt_name``)."""
+    unnormalized: str | None = None
+    """The output holding each embedding before L2 normalisation, where the handler offers it
+    (TEI's ``normalize: false``); None: only unit vectors."""
     vocabulary: int | None = None
     """Token ids run from 0 to ``vocabulary - 1`` (the OpenAPI spec says so, so that it accepts
     only what the handler does)."""
@@ -75,6 +82,12 @@ class Handler(ABC):
     text_embedding: TextEmbedding | None = None
     """Set (on the class or the instance) when the model embeds text: ``/v1/embeddings`` serves
     it (:class:`TextEmbedding`)."""
+    text_rerank: TextRerank | None = None
+    """Set when the model is a cross-encoder (inferpool.engine.models.text_api)."""
+    text_classification: TextClassification | None = None
+    """Set when the model classifies text (inferpool.engine.models.text_api)."""
+    text_tokenizer: TextTokenizer | None = None
+    """Set when ``/tokenize`` may use the handler's tokenizer (inferpool.engine.models.text_api)."""
 
     @abstractmethod
     def preprocess(self, payload: object) -> tuple[dict[str, Array], object]: ...
