@@ -21,6 +21,8 @@ REQUIRED = {
     "Batch size (samples per model call)": "inferpool_batch_size_bucket",
     "Server overhead vs inference (p99)": "inferpool_server_overhead_seconds_bucket",
     "Backend, precision and dispatch in use": "inferpool_build_info",
+    "CPU per process": "inferpool_process_cpu_seconds_total",
+    "Memory per process (PSS)": "inferpool_process_pss_bytes",
 }
 
 
