@@ -39,6 +39,8 @@ WIDTH = 16
 MAX_TOKENS = 32
 """Each model's limit, special tokens included: short, so that truncation is easy to reach."""
 BUCKETS = (8, 16, 32)
+MAX_SAMPLES = 8
+"""Each model's max_request_samples as ``MODELS`` serves it (the spec's list limits say so)."""
 PROMPTS = (("query", "query: "), ("passage", "passage: "))
 LABELS = ("negative", "neutral", "positive")
 WORD = re.compile(r"\w+|[^\w\s]")
@@ -183,6 +185,8 @@ def _texts(payload: object) -> tuple[list[str], bool, bool, str]:
     if isinstance(payload, TextInputs):
         prompt = dict(PROMPTS).get(payload.prompt_name or "", "")
         return payload.texts, False, payload.truncate, prompt
+    if isinstance(payload, Mapping) and isinstance(payload.get("text"), np.ndarray):  # v2: BYTES
+        payload = [_decoded(item) for item in payload["text"].reshape(-1).tolist()]
     if isinstance(payload, str) and payload.strip():
         return [payload], True, True, ""
     if isinstance(payload, list) and payload and all(isinstance(t, str) and t.strip() for t in payload):
@@ -190,10 +194,15 @@ def _texts(payload: object) -> tuple[list[str], bool, bool, str]:
     raise InvalidInput("send a non-blank text or a non-empty list of them", input_name="text")
 
 
+def _decoded(item: object) -> object:
+    return item.decode(errors="replace") if isinstance(item, bytes) else item
+
+
 class TinyHandler(Handler):
-    """What the three handlers share: /predict takes a text or a list of texts."""
+    """What the three handlers share: /predict takes a text or a list of texts, v2 a BYTES ``text``."""
 
     request_schema: ClassVar[dict[str, Any]] = {"oneOf": [_TEXT, {"type": "array", "minItems": 1, "items": _TEXT}]}
+    v2_inputs: ClassVar[list[dict[str, Any]]] = [{"name": "text", "datatype": "BYTES", "shape": [-1]}]
     text_tokenizer = TOKENIZER
 
     def samples(self, payload: object) -> int:
@@ -238,6 +247,10 @@ class CrossEncoderHandler(TinyHandler):
         "properties": {"query": _TEXT, "texts": {"type": "array", "minItems": 1, "items": _TEXT}},
     }
     text_rerank = TextRerank(max_tokens=MAX_TOKENS)
+    v2_inputs: ClassVar[list[dict[str, Any]]] = [
+        {"name": "query", "datatype": "BYTES", "shape": [1]},
+        {"name": "texts", "datatype": "BYTES", "shape": [-1]},
+    ]
 
     def samples(self, payload: object) -> int:
         if isinstance(payload, dict) and isinstance(payload.get("texts"), list):
@@ -245,8 +258,11 @@ class CrossEncoderHandler(TinyHandler):
         return super().samples(payload)
 
     def preprocess(self, payload: object) -> tuple[dict[str, Array], object]:
-        if isinstance(payload, dict):
-            payload = TextPairs(str(payload.get("query", "")), list(payload.get("texts") or []))
+        if isinstance(payload, Mapping):
+            query, texts = payload.get("query"), payload.get("texts")
+            if isinstance(query, np.ndarray) and isinstance(texts, np.ndarray):  # v2: BYTES
+                query, texts = _decoded(query.reshape(-1)[0]), [_decoded(t) for t in texts.reshape(-1).tolist()]
+            payload = TextPairs(str(query or ""), [str(t) for t in texts or []])
         if not isinstance(payload, TextPairs) or not payload.texts or not payload.query.strip():
             raise InvalidInput('send {"query": "text", "texts": ["text", ...]}', input_name="texts")
         pairs = [encode_pair(payload.query, text, payload.truncate) for text in payload.texts]
@@ -262,7 +278,7 @@ class CrossEncoderHandler(TinyHandler):
 
 def _entry(factory: str, handler: str) -> dict[str, Any]:
     return {"source": f"tests.support.text_models:{factory}", "handler": f"tests.support.text_models:{handler}",
-            "runtime": {"backend": "eager"}}  # fmt: skip
+            "runtime": {"backend": "eager", "max_request_samples": MAX_SAMPLES}}  # fmt: skip
 
 
 MODELS = json.dumps(
