@@ -255,3 +255,15 @@ def test_the_spec_narrows_each_route_to_its_models(server):
     assert body["properties"]["texts"]["maxItems"] == MAX_SAMPLES
     tokenize = spec["paths"]["/tokenize"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert "model" in tokenize["required"]  # three models have a tokenizer
+
+
+def test_the_deadline_header_is_held_as_on_every_route(server):
+    headers = AUTH | {"X-Request-Timeout-Ms": "0"}
+    answer = post(server, "/rerank", {"query": QUERY, "texts": TEXTS}, headers=headers)
+    assert answer.status_code == 400
+    assert "X-Request-Timeout-Ms" in answer.json()["error"]
+    answer = post(
+        server, "/v2/rerank", {"query": QUERY, "documents": TEXTS}, headers=AUTH | {"X-Request-Timeout-Ms": "5000"}
+    )
+    assert answer.status_code == 200, answer.text
+    assert "server-timing" in answer.headers
