@@ -19,7 +19,8 @@ from inferpool.service.http.body_fields import BodyFields, bad, checked_text
 from inferpool.service.http.codec import encode_json
 from inferpool.service.http.text_scores import labelled, ranked
 
-RERANK_FIELDS = ("model", "query", "documents", "top_n", "return_documents")
+RERANK_FIELDS = ("model", "query", "documents", "top_n", "return_documents", "raw_scores")
+"""Cohere's, and Infinity's ``raw_scores`` (its client sends it): the logits instead of their sigmoid."""
 CLASSIFY_FIELDS = ("model", "input", "raw_scores")
 
 
@@ -29,6 +30,7 @@ class DocumentsRequest:
     pairs: TextPairs
     top_n: int | None
     return_documents: bool
+    raw_scores: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,9 +47,8 @@ def parse_documents(body: bytes | bytearray) -> DocumentsRequest:
     if not isinstance(given, list) or not given:
         raise bad("'documents' is required: a non-empty list of texts (or of {\"text\": ...} objects)", "documents")
     documents = [_document(item, index) for index, item in enumerate(given)]
-    return DocumentsRequest(
-        fields.name("model"), TextPairs(query, documents), fields.count("top_n"), fields.flag("return_documents", False)
-    )
+    returned, raw = fields.flag("return_documents", False), fields.flag("raw_scores", False)
+    return DocumentsRequest(fields.name("model"), TextPairs(query, documents), fields.count("top_n"), returned, raw)
 
 
 def _document(item: object, index: int) -> str:
@@ -81,7 +82,7 @@ def encode_documents(
         {"index": index, "relevance_score": score, "document": {"text": documents[index]}}
         if request.return_documents
         else {"index": index, "relevance_score": score}
-        for index, score in ranked(outputs[declared.score], False, request.top_n)
+        for index, score in ranked(outputs[declared.score], request.raw_scores, request.top_n)
     ]
     usage = _usage(outputs, declared.tokens)
     return encode_json({"id": rid, "object": "rerank", "results": results, "model": model, "usage": usage})

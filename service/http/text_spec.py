@@ -66,6 +66,7 @@ def _requests(most: int | None) -> dict[str, dict[str, Any]]:
             "documents": _texts(most) | {"items": document},
             "top_n": {"type": ["integer", "null"], "minimum": 1},
             "return_documents": _FLAG,
+            "raw_scores": _FLAG,
         },
     )
     return {

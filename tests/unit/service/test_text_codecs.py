@@ -113,6 +113,9 @@ def test_v1_rerank_takes_strings_or_text_objects_and_top_n():
     answer = orjson.loads(rerank_codec.encode_documents("m", outputs, TextRerank(), request, "rid"))
     assert answer["results"] == [{"index": 1, "relevance_score": pytest.approx(0.7310586), "document": {"text": "b"}}]
     assert (answer["id"], answer["model"], answer["usage"]["total_tokens"]) == ("rid", "m", 7)
+    raw = rerank_codec.parse_documents(body({"query": "q", "documents": ["a", "b"], "raw_scores": True}))
+    answer = orjson.loads(rerank_codec.encode_documents("m", outputs, TextRerank(), raw, "rid"))
+    assert answer["results"] == [{"index": 1, "relevance_score": 1.0}, {"index": 0, "relevance_score": 0.0}]
 
 
 @pytest.mark.parametrize(
