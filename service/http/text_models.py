@@ -65,12 +65,12 @@ def text_model(host: ModelHost, kind: str, name: str | None, route: str) -> tupl
     text = KINDS[kind]
     candidates = of_kind(host, kind)
     if name is None:
-        if len(candidates) == 1:
-            return candidates[0], declared(candidates[0], kind)
-        if candidates:
+        if not candidates:
+            raise _wrong(f"no {text.noun} is served, so {route} has none to use; {_served_routes(host)}")
+        if len(candidates) > 1:
             names = [m.name for m in candidates]
             raise _wrong(f"several {text.plural} are served ({', '.join(names)}): name one in 'model'")
-        raise _wrong(f"no {text.noun} is served, so {route} has none to use; {_served_routes(host)}")
+        name = candidates[0].name  # looked up by name below: the request's logs and metrics then carry it
     try:
         model = host.get(name)
     except ApiError:
