@@ -66,7 +66,7 @@ ERROR_SHAPES: dict[str, ErrorShape] = {
     "/rerank": tei_error_body,
     "/tokenize": tei_error_body,
     "/v2/rerank": cohere_error_body,
-    "/classify": openai_error_body,  # Infinity's errors are OpenAI's objects
+    "/classify": openai_error_body,  # Infinity's errors are OpenAI's objects (as under /v1/)
 }
 """The routes of another API answering errors in its shape, by exact path (and OPENAI_PREFIX's)."""
 

@@ -38,7 +38,9 @@ KINDS: dict[str, TextKind] = {
     "rerank": TextKind(
         "text_rerank", "reranking model (cross-encoder)", "reranking models", ("/rerank", "/v1/rerank", "/v2/rerank")
     ),
-    "classification": TextKind("text_classification", "text classifier", "text classifiers", ("/classify",)),
+    "classification": TextKind(
+        "text_classification", "text classifier", "text classifiers", ("/classify", "/v1/classify")
+    ),
     "tokenizer": TextKind("text_tokenizer", "model with a tokenizer", "models with a tokenizer", ("/tokenize",)),
 }
 

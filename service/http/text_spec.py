@@ -69,6 +69,7 @@ def _requests(most: int | None) -> dict[str, dict[str, Any]]:
             "raw_scores": _FLAG,
         },
     )
+    classify = _body(["input"], {"model": _MODEL, "input": one_or_many, "raw_scores": _FLAG})
     return {
         "/embed": _body(
             ["inputs"],
@@ -83,7 +84,8 @@ def _requests(most: int | None) -> dict[str, dict[str, Any]]:
         "/tokenize": _body(["inputs"], {"inputs": one_or_many, "add_special_tokens": _FLAG, "model": _MODEL}),
         "/v1/rerank": rerank,
         "/v2/rerank": rerank,
-        "/classify": _body(["input"], {"model": _MODEL, "input": one_or_many, "raw_scores": _FLAG}),
+        "/classify": classify,
+        "/v1/classify": classify,
     }
 
 
@@ -131,6 +133,18 @@ _LABELS: dict[str, Any] = {
     "type": "array",
     "items": {"type": "object", "required": ["label", "score"], "properties": {"label": _STRING, "score": _NUMBER}},
 }
+_CLASSIFIED: dict[str, Any] = {
+    "type": "object",
+    "required": ["object", "data", "model", "usage"],
+    "properties": {
+        "object": {"const": "classify"},
+        "data": {"type": "array", "items": _LABELS},
+        "model": _STRING,
+        "usage": _USAGE,
+        "id": _STRING,
+        "created": {"type": "integer"},
+    },
+}
 ANSWERS: dict[str, tuple[dict[str, Any], str]] = {
     "/embed": ({"type": "array", "items": {"type": "array", "items": _NUMBER}}, "One embedding per input, in order."),
     "/rerank": (
@@ -147,21 +161,8 @@ ANSWERS: dict[str, tuple[dict[str, Any], str]] = {
     "/tokenize": ({"type": "array", "items": {"type": "array", "items": _TOKEN}}, "Each input's tokens."),
     "/v1/rerank": (_RERANKED, "The documents best first, `top_n` of them."),
     "/v2/rerank": (_RERANKED, "The documents best first, `top_n` of them."),
-    "/classify": (
-        {
-            "type": "object",
-            "required": ["object", "data", "model", "usage"],
-            "properties": {
-                "object": {"const": "classify"},
-                "data": {"type": "array", "items": _LABELS},
-                "model": _STRING,
-                "usage": _USAGE,
-                "id": _STRING,
-                "created": {"type": "integer"},
-            },
-        },
-        "Each text's labels with their scores, best first.",
-    ),
+    "/classify": (_CLASSIFIED, "Each text's labels with their scores, best first."),
+    "/v1/classify": (_CLASSIFIED, "Each text's labels with their scores, best first."),
 }
 ROUTE_KINDS = {route: kind for kind, text in KINDS.items() for route in text.routes if route in ANSWERS}
 

@@ -70,19 +70,20 @@ APIS: dict[str, TextApi] = {
     "/v1/rerank": TextApi("rerank", "documents", rerank_codec.parse_documents, _pairs, rerank_codec.encode_documents),
     "/classify": TextApi("classification", "input", rerank_codec.parse_classify, _inputs, rerank_codec.encode_classes),
 }  # fmt: skip
-"""Each text route's API, by path (/v2/rerank is /v1/rerank's)."""
+"""Each text route's API, by path (/v2/rerank is /v1/rerank's, /v1/classify /classify's)."""
 
 
 def raw_handlers(door: FrontDoor) -> dict[Any, RawRoute]:
     """Each documented endpoint's raw handler (app.state.hot_handlers)."""
-    rerank = TextRoute(door, APIS["/v1/rerank"])
+    rerank, classifier = TextRoute(door, APIS["/v1/rerank"]), TextRoute(door, APIS["/classify"])
     return {
         embed: TextRoute(door, APIS["/embed"]),
         rerank_texts: TextRoute(door, APIS["/rerank"]),
         tokenize: Tokenize(door, APIS["/tokenize"]),
         rerank_v1: rerank,
         rerank_v2: rerank,
-        classify: TextRoute(door, APIS["/classify"]),
+        classify: classifier,
+        classify_v1: classifier,
     }
 
 
@@ -123,4 +124,10 @@ async def rerank_v2(request: Request) -> Response:
 async def classify(request: Request) -> Response:
     """Infinity's `model` and `input`; `raw_scores` for the logits. Answers each text's labels
     with their scores, best first."""
+    documentation_only()
+
+
+@router.post("/v1/classify", summary="Classify texts, at Infinity's /v1 prefix", **OPERATIONS["/v1/classify"])
+async def classify_v1(request: Request) -> Response:
+    """The same as /classify, where Infinity's clients send it under the `/v1` prefix."""
     documentation_only()

@@ -40,9 +40,12 @@ CONFIGS: dict[str, tuple[str, ...]] = {
 # The tiny text models (tests/support/text_models.py) stand in for real ones on the text routes only:
 # their /predict and v2 shapes are test doubles', not the product's.
 ONLY: dict[str, tuple[str, ...]] = {
-    "text": ("--include-path-regex", "^/(embed|rerank|tokenize|classify|v1/rerank|v2/rerank|v1/embeddings)$"),
+    "text": (
+        "--include-path-regex",
+        "^/(embed|rerank|tokenize|classify|v1/classify|v1/rerank|v2/rerank|v1/embeddings)$",
+    ),
 }
-LEAST_OPERATIONS = {"digits": 19, "minilm": 19, "text": 7}  # the text routes and /v1 among them
+LEAST_OPERATIONS = {"digits": 19, "minilm": 19, "text": 8}  # the text routes and /v1 among them
 KEYED = {"digits"}  # served with an API key: the spec declares it, and ignored_auth checks it
 # One sample and a batch: the answer's shape differs (MiniLM: one embedding, or a list of them).
 ONE_AND_MANY: dict[str, tuple[object, object]] = {
@@ -83,6 +86,7 @@ TEXT_BODIES: dict[str, dict[str, object]] = {
     "/v1/rerank": {"query": "One?", "documents": ["One.", {"text": "Two."}], "return_documents": True},
     "/v2/rerank": {"model": "tiny-rerank", "query": "One?", "documents": ["One.", "Two."], "top_n": 1},
     "/classify": {"input": ["One.", "Two."]},
+    "/v1/classify": {"input": "One.", "raw_scores": True, "model": "tiny-classify"},
 }
 
 

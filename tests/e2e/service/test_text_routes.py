@@ -135,7 +135,7 @@ def test_classify_matches_the_eager_classifier(server):
     for row, want in zip(body["data"], probabilities, strict=True):
         assert [entry["label"] for entry in row] == [LABELS[i] for i in best_first(want)]
         np.testing.assert_allclose([entry["score"] for entry in row], want[best_first(want)], rtol=1e-5)
-    raw = post(server, "/classify", {"input": texts[0], "raw_scores": True}).json()["data"][0]
+    raw = post(server, "/v1/classify", {"input": texts[0], "raw_scores": True}).json()["data"][0]
     np.testing.assert_allclose(sorted(e["score"] for e in raw), sorted(logits[0]), rtol=1e-5, atol=1e-6)
 
 
@@ -203,6 +203,7 @@ def test_several_models_of_a_kind_need_a_name(server):
         ("/v1/rerank", {"query": QUERY, "documents": ["a"], "model": "nope"}, 404, "['tiny-rerank']"),
         ("/classify", {"input": []}, 400, "'input'"),
         ("/classify", {"input": ["x"], "top_k": 1}, 400, "'top_k'"),
+        ("/v1/classify", {"input": ["x"], "model": "tiny-embed"}, 400, "it serves /v1/embeddings, /embed"),
     ],
 )
 def test_bad_requests_name_the_field_in_the_apis_shape(server, path, body, status, field):
@@ -211,7 +212,7 @@ def test_bad_requests_name_the_field_in_the_apis_shape(server, path, body, statu
     error = answer.json()["error"]
     message = error if isinstance(error, str) else error["message"]
     assert field in message
-    if path.startswith("/v1/"):
+    if path.startswith("/v1/") or path == "/classify":
         assert error["type"] == "invalid_request_error"
 
 
