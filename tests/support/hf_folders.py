@@ -128,12 +128,13 @@ def write(folder: Path, family: str, kind: str) -> Path:
 def _sentence_transformer(plain: Path, path: Path) -> Path:
     """A sentence-transformers folder on ``plain``: CLS pooling for some families, mean for the
     others (both paths), normalised."""
-    from sentence_transformers import SentenceTransformer, models
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
 
-    transformer = models.Transformer(str(plain), max_seq_length=64)
+    transformer = Transformer(str(plain), max_seq_length=64)
     mode = "cls" if "roberta" in plain.parent.name or "modernbert" in plain.parent.name else "mean"
-    pooling = models.Pooling(transformer.get_word_embedding_dimension(), pooling_mode=mode)
-    model = SentenceTransformer(modules=[transformer, pooling, models.Normalize()], device="cpu",
+    pooling = Pooling(transformer.get_embedding_dimension(), pooling_mode=mode)
+    model = SentenceTransformer(modules=[transformer, pooling, Normalize()], device="cpu",
                                 prompts={"query": "query: ", "passage": "passage: "})  # fmt: skip
     model.save(str(path))
     return path

@@ -3,7 +3,7 @@ own files (never downloading), and handed to the engine as a ModelSpec carrying 
 
 The example call is a sentence of real length (EXAMPLE_TEXT), and the held-out inputs for the
 accuracy gates (int8, and precision auto's bf16) are HELD_OUT_TEXTS, each tokenized alone as a
-one-sentence request is (a cross-encoder's: each text paired with the next).
+one-sentence request is (a cross-encoder's: each text after a short query, as a rerank sends it).
 """
 
 from __future__ import annotations
@@ -40,20 +40,16 @@ contracts, poetry, twenty languages and code-switching, numbers and units, emoji
 pairs."""
 
 
-def _encode(handler: FolderHandler, texts: list[str], query: str | None) -> Encoded:
+def _encode(handler: FolderHandler, texts: list[str]) -> Encoded:
     if handler.found.kind == "cross-encoder":
-        return handler.tokenizer.encode_pairs(query or EXAMPLE_QUERY, texts)
+        return handler.tokenizer.encode_pairs(EXAMPLE_QUERY, texts)
     return handler.tokenizer.encode(texts)
 
 
 def held_out_inputs(handler: FolderHandler) -> list[dict[str, Array]]:
-    """Each held-out text alone, as a one-sentence request sends it (a cross-encoder's: paired
-    with the previous text as its query)."""
-    queries = [None, *HELD_OUT_TEXTS[:-1]]
-    return [
-        _encode(handler, [text], query).arrays(handler.type_ids)
-        for text, query in zip(HELD_OUT_TEXTS, queries, strict=True)
-    ]
+    """Each held-out text alone, as a one-sentence request sends it (a cross-encoder's: after
+    the example query)."""
+    return [_encode(handler, [text]).arrays(handler.type_ids) for text in HELD_OUT_TEXTS]
 
 
 def folder_handler(found: FolderModel, type_ids: bool = False) -> FolderHandler:
@@ -75,7 +71,7 @@ def load_folder(source: str, name: str | None = None) -> ModelSpec:
     except (OSError, ValueError, KeyError) as exc:
         raise ModelLoadError(f"cannot load the model in {source!r} with transformers: {exc}") from exc
     handler = folder_handler(found, type_ids)
-    example = _encode(handler, [EXAMPLE_TEXT], None).arrays(type_ids)
+    example = _encode(handler, [EXAMPLE_TEXT]).arrays(type_ids)
     log.info("model folder %r: %s", source, found.describe())
     return ModelSpec(
         module=module,
