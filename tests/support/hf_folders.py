@@ -6,9 +6,11 @@ embedder (a sentence-transformers folder), a cross-encoder (1 label) or a classi
 from __future__ import annotations
 
 import os
+from functools import cache
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -138,3 +140,34 @@ def _sentence_transformer(plain: Path, path: Path) -> Path:
                                 prompts={"query": "query: ", "passage": "passage: "})  # fmt: skip
     model.save(str(path))
     return path
+
+
+@cache
+def encode(path: Path, prompt_name: str | None = None) -> np.ndarray:
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(path), device="cpu")
+    return np.asarray(model.encode(TEXTS, prompt_name=prompt_name))
+
+
+@cache
+def cross_encoder_logits(path: Path) -> np.ndarray:
+    from sentence_transformers import CrossEncoder
+
+    model = CrossEncoder(str(path), device="cpu")
+    return np.asarray(model.predict([(QUERY, text) for text in TEXTS], activation_fn=torch.nn.Identity()))
+
+
+@cache
+def classifier_logits(path: Path) -> np.ndarray:
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    model = AutoModelForSequenceClassification.from_pretrained(str(path)).eval()
+    with torch.no_grad():
+        return model(**tokenizer(TEXTS, padding=True, return_tensors="pt")).logits.numpy()
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = np.exp(logits - logits.max(-1, keepdims=True))
+    return shifted / shifted.sum(-1, keepdims=True)

@@ -17,15 +17,14 @@ from inferpool.engine.models.text.folder import detect
 BERT = {"architectures": ["BertModel"], "model_type": "bert", "hidden_size": 32, "max_position_embeddings": 512}
 
 
-def write_folder(path: Path, config: dict[str, Any] | None = None, **files: Any) -> Path:
-    """A folder with config.json, tokenizer.json and weights, plus ``files`` (name -> JSON; '__'
-    in a name is a '/')."""
+def write_folder(path: Path, config: dict[str, Any] | None = None, files: dict[str, Any] | None = None) -> Path:
+    """A folder with config.json, tokenizer.json and weights, plus ``files`` (name -> JSON)."""
     path.mkdir(parents=True, exist_ok=True)
     (path / "config.json").write_text(json.dumps(BERT if config is None else config))
     (path / "tokenizer.json").write_text("{}")
     (path / "model.safetensors").write_bytes(b"")
-    for name, value in files.items():
-        target = path / name.replace("__", "/")
+    for name, value in (files or {}).items():
+        target = path / name
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(json.dumps(value))
     return path
@@ -53,8 +52,8 @@ def test_a_plain_encoder_is_a_mean_pooled_embedder_limited_by_its_positions(tmp_
 def test_a_sentence_transformers_folder_gives_pooling_normalisation_limit_and_prompts(tmp_path):
     path = write_folder(
         tmp_path / "st",
-        **{
-            "1_Pooling__config.json": {"pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False},
+        files={
+            "1_Pooling/config.json": {"pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False},
             "sentence_bert_config.json": {"max_seq_length": 128},
             "config_sentence_transformers.json": {
                 "prompts": {"query": "query: ", "passage": "passage: "},
@@ -71,7 +70,7 @@ def test_a_sentence_transformers_folder_gives_pooling_normalisation_limit_and_pr
 
 
 def test_sentence_transformers_6_names_its_pooling_and_modules_by_class(tmp_path):
-    path = write_folder(tmp_path / "st6", **{"1_Pooling__config.json": {"pooling_mode": "lasttoken"}})
+    path = write_folder(tmp_path / "st6", files={"1_Pooling/config.json": {"pooling_mode": "lasttoken"}})
     modules = [
         {"path": "", "type": "sentence_transformers.base.modules.transformer.Transformer"},
         {"path": "1_Pooling", "type": "sentence_transformers.sentence_transformer.modules.pooling.Pooling"},
@@ -88,7 +87,7 @@ def test_roberta_positions_start_after_the_padding_id(tmp_path):
 
 
 def test_the_tokenizer_limit_applies_without_sentence_bert_config(tmp_path):
-    path = write_folder(tmp_path / "t", **{"tokenizer_config.json": {"model_max_length": 64}})
+    path = write_folder(tmp_path / "t", files={"tokenizer_config.json": {"model_max_length": 64}})
     assert detect(path).max_tokens == 64
 
 
@@ -152,7 +151,7 @@ def test_refuses_a_missing_folder(tmp_path):
     ],
 )  # fmt: skip
 def test_refuses_sentence_transformers_modules_it_does_not_run(tmp_path, modules, pooling, found):
-    path = write_folder(tmp_path / "x", **{"1_Pooling__config.json": pooling})
+    path = write_folder(tmp_path / "x", files={"1_Pooling/config.json": pooling})
     listed = [*ST_MODULES[:2], *modules]
     (path / "modules.json").write_text(json.dumps(listed))
     with pytest.raises(ModelLoadError, match=found):

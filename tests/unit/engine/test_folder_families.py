@@ -9,6 +9,7 @@ import asyncio
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -18,7 +19,17 @@ from inferpool.engine import InvalidInput, RuntimeOptions, ServedModel, TokenIds
 from inferpool.engine.models.text.handlers import FolderHandler
 from inferpool.engine.models.text.loading import load_folder
 from inferpool.engine.models.text_api import TextInputs, TextPairs
-from tests.support.hf_folders import FAMILIES, KINDS, QUERY, TEXTS, write
+from tests.support.hf_folders import (
+    FAMILIES,
+    KINDS,
+    QUERY,
+    TEXTS,
+    classifier_logits,
+    cross_encoder_logits,
+    encode,
+    softmax,
+    write,
+)
 
 Build = Callable[[str, str], Path]
 
@@ -40,35 +51,8 @@ def run(path: Path, payload: object) -> dict[str, np.ndarray]:
     return handler.postprocess({spec.output_names[0]: out.numpy()}, context)
 
 
-@cache
-def encode(path: Path, prompt_name: str | None = None) -> np.ndarray:
-    from sentence_transformers import SentenceTransformer
-
-    model = SentenceTransformer(str(path), device="cpu")
-    return np.asarray(model.encode(TEXTS, prompt_name=prompt_name))
-
-
-@cache
-def cross_encoder_logits(path: Path) -> np.ndarray:
-    from sentence_transformers import CrossEncoder
-
-    model = CrossEncoder(str(path), device="cpu")
-    return np.asarray(model.predict([(QUERY, text) for text in TEXTS], activation_fn=torch.nn.Identity()))
-
-
-@cache
-def classifier_logits(path: Path) -> np.ndarray:
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(str(path))
-    model = AutoModelForSequenceClassification.from_pretrained(str(path)).eval()
-    with torch.no_grad():
-        return model(**tokenizer(TEXTS, padding=True, return_tensors="pt")).logits.numpy()
-
-
-def softmax(logits: np.ndarray) -> np.ndarray:
-    shifted = np.exp(logits - logits.max(-1, keepdims=True))
-    return shifted / shifted.sum(-1, keepdims=True)
+def handler_of(path: Path) -> Any:
+    return load_folder(str(path)).handler
 
 
 def check(kind: str, path: Path, out: dict[str, np.ndarray], atol: float = 1e-5) -> None:
@@ -121,7 +105,7 @@ def test_a_cross_encoder_reads_rerank_pairs_and_truncates_the_text_not_the_query
 
 
 def test_each_kind_declares_its_text_routes_and_tokenizes(folder):
-    handlers = {kind: load_folder(str(folder("bert", kind))).handler for kind in KINDS}
+    handlers = {kind: handler_of(folder("bert", kind)) for kind in KINDS}
     embedder, cross, classifier = (handlers[kind] for kind in KINDS)
     assert embedder.text_embedding.dimensions == 32
     assert embedder.text_embedding.prompts == (("document", ""), ("passage", "passage: "), ("query", "query: "))
@@ -149,7 +133,7 @@ def test_each_kind_declares_its_text_routes_and_tokenizes(folder):
     ],
 )
 def test_bad_payloads_are_invalid_input(folder, kind, bad, message):
-    handler = load_folder(str(folder("bert", kind))).handler
+    handler = handler_of(folder("bert", kind))
     with pytest.raises(InvalidInput, match=message):
         handler.preprocess(bad)
 
