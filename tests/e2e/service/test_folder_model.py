@@ -12,21 +12,14 @@ import numpy as np
 import pytest
 
 from inferpool.harness.server import run_server, wait_ready
-from tests.support.hf_folders import (
-    QUERY,
-    TEXTS,
-    classifier_logits,
-    cross_encoder_logits,
-    encode,
-    softmax,
-    write,
-)
+from tests.support import hf_folders as reference
+from tests.support.hf_folders import QUERY, TEXTS
 
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("models")
-    return {kind: write(root, family, kind) for family, kind in
+    return {kind: reference.write(root, family, kind) for family, kind in
             [("bert", "embedder"), ("bert", "cross-encoder"), ("distilbert", "classifier")]}  # fmt: skip
 
 
@@ -62,18 +55,18 @@ def text_tensor(name: str, texts: list[str]) -> dict:
 def test_an_embedder_folder_answers_as_sentence_transformers(server, folders):
     name = folders["embedder"].name
     out = predict(server, name, TEXTS)
-    np.testing.assert_allclose(out["embedding"], encode(folders["embedder"]), atol=1e-4)
+    np.testing.assert_allclose(out["embedding"], reference.encode(folders["embedder"]), atol=1e-4)
     assert len(out["tokens"]) == len(TEXTS)
     one = predict(server, name, TEXTS[1])
-    np.testing.assert_allclose(one["embedding"], encode(folders["embedder"])[1], atol=1e-4)
+    np.testing.assert_allclose(one["embedding"], reference.encode(folders["embedder"])[1], atol=1e-4)
     outputs = v2(server, name, [text_tensor("text", TEXTS)])
     assert outputs["embedding"]["shape"] == [len(TEXTS), 32]
-    np.testing.assert_allclose(np.reshape(outputs["embedding"]["data"], (-1, 32)), encode(folders["embedder"]),
-                               atol=1e-4)  # fmt: skip
+    got = np.reshape(outputs["embedding"]["data"], (-1, 32))
+    np.testing.assert_allclose(got, reference.encode(folders["embedder"]), atol=1e-4)
 
 
 def test_a_cross_encoder_folder_scores_pairs_as_cross_encoder_predict(server, folders):
-    name, want = folders["cross-encoder"].name, cross_encoder_logits(folders["cross-encoder"])
+    name, want = folders["cross-encoder"].name, reference.cross_encoder_logits(folders["cross-encoder"])
     out = predict(server, name, {"query": QUERY, "texts": TEXTS})
     np.testing.assert_allclose(out["score"], want, atol=1e-4)
     assert np.argsort(out["score"]).tolist() == np.argsort(want).tolist()
@@ -82,10 +75,10 @@ def test_a_cross_encoder_folder_scores_pairs_as_cross_encoder_predict(server, fo
 
 
 def test_a_classifier_folder_gives_logits_and_scores(server, folders):
-    want = classifier_logits(folders["classifier"])
+    want = reference.classifier_logits(folders["classifier"])
     out = predict(server, "sentiment", TEXTS)
     np.testing.assert_allclose(out["logits"], want, atol=1e-4)
-    np.testing.assert_allclose(out["scores"], softmax(want), atol=1e-4)
+    np.testing.assert_allclose(out["scores"], reference.softmax(want), atol=1e-4)
     outputs = v2(server, "sentiment", [text_tensor("text", TEXTS)])
     assert outputs["scores"]["shape"] == [len(TEXTS), 3]
 
