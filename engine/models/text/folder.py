@@ -101,6 +101,11 @@ def _optional_json(path: Path) -> dict[str, Any]:
 
 def detect(path: Path) -> FolderModel:
     """The folder's model, or ModelLoadError naming what was found and what is supported."""
+    if path.is_file():
+        raise ModelLoadError(
+            f"model {str(path)!r} is a file InferPool does not read: give a model archive (.pt2, .ts, .onnx), "
+            "a Hugging Face model folder, or a 'package.module:function' factory"
+        )
     if not path.is_dir():
         raise ModelLoadError(f"model folder {str(path)!r} does not exist; give the path of a Hugging Face model folder")
     modules = _st_modules(path)

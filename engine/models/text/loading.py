@@ -53,7 +53,7 @@ def held_out_inputs(handler: FolderHandler) -> list[dict[str, Array]]:
 
 
 def folder_handler(found: FolderModel, type_ids: bool = False) -> FolderHandler:
-    tokenizer = FolderTokenizer(found.weights, found.max_tokens, found.pad_id)
+    tokenizer = FolderTokenizer(found.weights, found.max_tokens, found.pad_id, pairs=found.kind == "cross-encoder")
     return HANDLERS[found.kind](found, tokenizer, type_ids)
 
 

@@ -60,12 +60,12 @@ class Encoded:
 class FolderTokenizer:
     """``tokenizer.json`` with truncation at ``max_tokens``; thread-safe (configured once, here)."""
 
-    def __init__(self, folder: Path, max_tokens: int, pad_id: int) -> None:
+    def __init__(self, folder: Path, max_tokens: int, pad_id: int, pairs: bool = False) -> None:
         offline()
         self.max_tokens, self.pad_id, self.buckets = max_tokens, pad_id, buckets(max_tokens)
         self.single = self._load(folder, "longest_first")
-        self._folder = folder
-        self._pairs: Any = None
+        # Pairs truncate only their second text (never the query): a tokenizer configured so, once.
+        self.pairs = self._load(folder, "only_second") if pairs else None
 
     def _load(self, folder: Path, strategy: str) -> Any:
         tokenizers = import_optional("tokenizers", "a Hugging Face folder model", INSTALL_HINT)
@@ -92,10 +92,10 @@ class FolderTokenizer:
 
     def encode_pairs(self, query: str, texts: Sequence[str], truncate: bool = True) -> Encoded:
         """(query, text) pairs; a long pair loses the end of its text, never of the query."""
-        if self._pairs is None:
-            self._pairs = self._load(self._folder, "only_second")  # one configured object: no races
+        if self.pairs is None:
+            raise InvalidInput("this model scores single texts, not (query, text) pairs", input_name="query")
         try:
-            encodings = self._pairs.encode_batch([(query, text) for text in texts])
+            encodings = self.pairs.encode_batch([(query, text) for text in texts])
         except Exception as exc:  # noqa: BLE001 -- tokenizers raises a bare Exception: the query alone is too long
             raise InvalidInput(
                 f"the query leaves no room for a text within the model's {self.max_tokens} tokens ({exc}); "

@@ -135,9 +135,12 @@ def test_refuses_a_folder_without_config_or_weights(tmp_path):
         detect(path)
 
 
-def test_refuses_a_missing_folder(tmp_path):
+def test_refuses_a_missing_folder_or_a_file_of_no_known_kind(tmp_path):
     with pytest.raises(ModelLoadError, match="does not exist; give the path of a Hugging Face model folder"):
         detect(tmp_path / "nowhere")
+    (tmp_path / "weights.pt").write_bytes(b"")
+    with pytest.raises(ModelLoadError, match=r"is a file InferPool does not read: give a model archive \(\.pt2"):
+        detect(tmp_path / "weights.pt")
 
 
 @pytest.mark.parametrize(
