@@ -1,24 +1,33 @@
 """Hugging Face folders against the real server, with no handler and no model config: an
-embedder given as ``--model <folder>``, and a cross-encoder and a classifier as ``[[models]]``
-sources written relative to the config file; each answering /predict and v2 as the reference
-implementations do (sentence-transformers, transformers)."""
+embedder given as ``--model <folder>``, and a cross-encoder, a classifier and the packaged MiniLM
+folder copied under another name as ``[[models]]`` sources written relative to the config file;
+each answering /predict, v2 and (MiniLM) OpenAI's client as the reference implementations do
+(sentence-transformers, transformers)."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import httpx2
 import numpy as np
+import openai
 import pytest
 
 from inferpool.harness.server import run_server, wait_ready
 from tests.support import hf_folders as reference
 from tests.support.hf_folders import QUERY, TEXTS
+from tests.support.minilm_reference import SENTENCES, cosines, token_ids
+
+MINILM_COPY = "my-minilm"
 
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    from inferpool.engine.zoo.minilm import model_dir
+
     root = tmp_path_factory.mktemp("models")
+    shutil.copytree(model_dir(), root / MINILM_COPY)
     return {kind: reference.write(root, family, kind) for family, kind in
             [("bert", "embedder"), ("bert", "cross-encoder"), ("distilbert", "classifier")]}  # fmt: skip
 
@@ -28,7 +37,8 @@ def server(tmp_path_factory, folders):
     config = folders["embedder"].parent / "serve.toml"
     config.write_text(
         f'[[models]]\nsource = "{folders["cross-encoder"].name}"\n\n'
-        f'[[models]]\nsource = "{folders["classifier"].name}"\nname = "sentiment"\n'
+        f'[[models]]\nsource = "{folders["classifier"].name}"\nname = "sentiment"\n\n'
+        f'[[models]]\nsource = "{MINILM_COPY}"\n[models.runtime]\nbackend = "onnxruntime"\n'
     )
     args = ("--config", str(config), "--model", str(folders["embedder"]), "--grpc-port", "0")
     with run_server(tmp_path_factory.mktemp("logs"), *args, ready_timeout=300) as running:
@@ -101,3 +111,13 @@ def test_v2_metadata_describes_each_kinds_tensors(server, folders):
     meta = httpx2.get(f"{server.url}/v2/models/{folders['cross-encoder'].name}", timeout=10).json()
     assert [i["name"] for i in meta["inputs"]] == ["query", "text"]
     assert [o["name"] for o in meta["outputs"]] == ["score", "truncated", "tokens"]
+
+
+def test_the_packaged_minilm_copied_as_a_folder_answers_openais_client_as_sentence_transformers(server):
+    from tests.support.minilm_reference import reference as minilm_reference
+
+    with openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=60) as client:
+        answer = client.embeddings.create(model=MINILM_COPY, input=SENTENCES, encoding_format="float")
+    got = np.asarray([item.embedding for item in answer.data])
+    assert cosines(got, minilm_reference()).min() >= 0.999
+    assert answer.usage.prompt_tokens == sum(len(ids) for ids in token_ids(SENTENCES))
