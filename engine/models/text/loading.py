@@ -3,7 +3,7 @@ own files (never downloading), and handed to the engine as a ModelSpec carrying 
 
 The example call is a sentence of real length (EXAMPLE_TEXT), and the held-out inputs for the
 accuracy gates (int8, and precision auto's bf16) are HELD_OUT_TEXTS, each tokenized alone as a
-one-sentence request is (a cross-encoder's: each text after a short query, as a rerank sends it).
+one-sentence request is (a cross-encoder's: reranks of a few texts after a short query).
 """
 
 from __future__ import annotations
@@ -46,9 +46,17 @@ def _encode(handler: FolderHandler, texts: list[str]) -> Encoded:
     return handler.tokenizer.encode(texts)
 
 
+RERANK_TEXTS = 8
+"""Texts per held-out call of a cross-encoder: the gates judge its one score per text by the
+call's column of scores (inferpool.engine.backends.gate), so each call is a small rerank."""
+
+
 def held_out_inputs(handler: FolderHandler) -> list[dict[str, Array]]:
-    """Each held-out text alone, as a one-sentence request sends it (a cross-encoder's: after
-    the example query)."""
+    """Each held-out text alone, as a one-sentence request sends it; a cross-encoder's in
+    reranks of RERANK_TEXTS texts after the example query."""
+    if handler.found.kind == "cross-encoder":
+        calls = [HELD_OUT_TEXTS[i : i + RERANK_TEXTS] for i in range(0, len(HELD_OUT_TEXTS), RERANK_TEXTS)]
+        return [_encode(handler, texts).arrays(handler.type_ids) for texts in calls]
     return [_encode(handler, [text]).arrays(handler.type_ids) for text in HELD_OUT_TEXTS]
 
 

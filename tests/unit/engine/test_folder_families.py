@@ -153,3 +153,23 @@ def test_served_on_onnxruntime_answers_as_the_reference(folder, tmp_path_factory
         check(kind, path, asyncio.run(model.infer(payload(kind))).outputs, atol=1e-4)
     finally:
         model.close()
+
+
+def test_the_int8_gate_judges_a_cross_encoder_on_reranks_of_its_held_out_texts(folder, tmp_path_factory):
+    from inferpool.engine.models.text.loading import HELD_OUT_TEXTS, RERANK_TEXTS
+
+    path = folder("bert", "cross-encoder")
+    options = RuntimeOptions(backend="onnxruntime", precision="int8", dispatch="threads", warmup_iters=1,
+                             compile_cache_dir=str(tmp_path_factory.mktemp("cache")))  # fmt: skip
+    model = ServedModel.load(str(path), options)
+    try:
+        shown = model.info.precision_selection
+        out = asyncio.run(model.infer(payload("cross-encoder"))).outputs
+    finally:
+        model.close()
+    calls = -(-len(HELD_OUT_TEXTS) // RERANK_TEXTS)
+    assert shown is not None
+    assert shown["gate"]["figures"]["items"] == calls  # each call's scores judged as one vector
+    assert shown["gate"]["inputs"] == f"the model's {calls} held-out inputs"
+    assert shown["gate"]["figures"]["min_cosine"] > 0.99  # a tiny model's int8 passes (it may still measure slower)
+    np.testing.assert_allclose(out["score"], cross_encoder_logits(path), atol=0.05)  # fp32 or int8: either is close
