@@ -14,7 +14,6 @@ from typing import Any, Literal
 
 from inferpool.engine.errors import ModelLoadError
 
-KINDS = ("embedder", "cross-encoder", "classifier")
 FAMILIES = ("bert", "roberta", "xlm-roberta", "distilbert", "mpnet", "modernbert")
 """The ``model_type`` values served (each tested against transformers / sentence-transformers)."""
 OFFSET_POSITIONS = ("roberta", "xlm-roberta", "mpnet")
@@ -74,7 +73,9 @@ class FolderModel:
 
     def describe(self) -> str:
         what = {
-            "embedder": f"{self.pooling} pooling{', normalised' if self.normalize else ''}",
+            "embedder": f"{self.pooling} pooling{', normalised' if self.normalize else ''}"
+            f"{f', {len(self.prompts)} prompts' if self.prompts else ''}"
+            f"{f', {self.similarity} similarity' if self.similarity else ''}",
             "cross-encoder": "1 relevance score",
             "classifier": f"{len(self.labels)} labels, {self.activation}",
         }[self.kind]
