@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +41,15 @@ def offline() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+@dataclass(frozen=True, slots=True)
 class Encoded:
     """Token sequences padded to a bucket: the model's arrays plus each row's facts."""
 
-    def __init__(self, ids: Array, mask: Array, truncated: Array, type_ids: Array | None = None) -> None:
-        self.ids, self.mask, self.truncated, self.type_ids = ids, mask, truncated, type_ids
+    ids: Array
+    mask: Array
+    truncated: Array
+    type_ids: Array | None = None
+    """Each token's segment (0: the query, 1: the text), for pairs."""
 
     @property
     def tokens(self) -> Array:
