@@ -108,7 +108,10 @@ def detect(path: Path) -> FolderModel:
             "a Hugging Face model folder, or a 'package.module:function' factory"
         )
     if not path.is_dir():
-        raise ModelLoadError(f"model folder {str(path)!r} does not exist; give the path of a Hugging Face model folder")
+        raise ModelLoadError(
+            f"model folder {str(path)!r} does not exist; give the path of a Hugging Face model folder, or a "
+            "factory, which must look like 'package.module:function'"
+        )
     modules = _st_modules(path)
     weights = path / modules.get("transformer", "")
     if not (weights / "config.json").is_file():
