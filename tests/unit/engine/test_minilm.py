@@ -193,3 +193,10 @@ def test_int8_fails_the_gate_on_the_models_own_held_out_texts_and_fp32_is_served
     assert shown["gate"]["inputs"] == f"the model's {len(HELD_OUT_TEXTS)} held-out inputs"
     assert not shown["gate"]["passed"]
     assert cosines(out["embedding"], reference()).min() >= 0.999
+
+
+def test_tokenize_gives_the_ids_sentence_transformers_embeds(handler):
+    tokens = handler.text_tokenizer.tokenize(SENTENCES, add_special_tokens=True)
+    assert [[token.id for token in each] for each in tokens] == token_ids(SENTENCES)
+    assert tokens[0][0].special
+    assert (tokens[0][1].start, tokens[0][1].stop) == (0, 2)  # "hi" of "Hi."
