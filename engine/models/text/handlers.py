@@ -115,7 +115,8 @@ class EmbedderHandler(FolderHandler):
         if isinstance(payload, TokenIds):
             return self.encoded(self.tokenizer.token_ids(payload), single=False)
         if isinstance(payload, TextInputs):
-            encoded = self.tokenizer.encode(self.prompted(payload.texts, payload.prompt_name), payload.truncate)
+            texts = payloads.text_list(payload.texts, "input")
+            encoded = self.tokenizer.encode(self.prompted(texts, payload.prompt_name), payload.truncate)
             return self.encoded(encoded, single=False, unnormalized=True)
         texts, single = payloads.texts(payload)
         return self.encoded(self.tokenizer.encode(self.prompted(texts, None)), single)
@@ -152,7 +153,8 @@ class CrossEncoderHandler(FolderHandler):
 
     def preprocess(self, payload: object) -> tuple[dict[str, Array], object]:
         if isinstance(payload, TextPairs):
-            query, texts, truncate = payload.query, payload.texts, payload.truncate
+            query, truncate = payloads.text(payload.query, None, "query"), payload.truncate
+            texts = payloads.text_list(payload.texts, "texts")
         else:
             (query, texts), truncate = payloads.pairs(payload), True
         return self.encoded(self.tokenizer.encode_pairs(query, texts, truncate), single=False)
@@ -189,7 +191,8 @@ class ClassifierHandler(FolderHandler):
         if isinstance(payload, TextInputs):
             if payload.prompt_name is not None:
                 raise InvalidInput("this model has no prompts; leave prompt_name out", input_name="prompt_name")
-            return self.encoded(self.tokenizer.encode(payload.texts, payload.truncate), single=False)
+            texts = payloads.text_list(payload.texts, "input")
+            return self.encoded(self.tokenizer.encode(texts, payload.truncate), single=False)
         texts, single = payloads.texts(payload)
         return self.encoded(self.tokenizer.encode(texts), single)
 

@@ -152,14 +152,16 @@ class FolderTokenizer:
         return Encoded(ids, mask, np.zeros(len(ids), dtype=bool))
 
     def tokenize(self, texts: list[str], add_special_tokens: bool) -> list[list[Token]]:
-        """TEI's /tokenize: each text's tokens as the model gets them (text_api.TextTokenizer)."""
+        """TEI's /tokenize: each text's tokens as the model gets them (text_api.TextTokenizer). A
+        token's text is its span of the input, as TEI reports it (a special token, which has no
+        span, is its token string)."""
         encodings = self.single.encode_batch(list(texts), add_special_tokens=add_special_tokens)
-        return [
-            [
-                Token(token_id, text, bool(special), None if special else start, None if special else stop)
-                for token_id, text, special, (start, stop) in zip(
-                    e.ids, e.tokens, e.special_tokens_mask, e.offsets, strict=True
-                )
-            ]
-            for e in encodings
-        ]
+        return [_tokens(text, encoding) for text, encoding in zip(texts, encodings, strict=True)]
+
+
+def _tokens(text: str, encoding: Any) -> list[Token]:
+    found = zip(encoding.ids, encoding.tokens, encoding.special_tokens_mask, encoding.offsets, strict=True)
+    return [
+        Token(token_id, piece, True, None, None) if special else Token(token_id, text[start:stop], False, start, stop)
+        for token_id, piece, special, (start, stop) in found
+    ]
