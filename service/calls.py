@@ -28,6 +28,7 @@ from typing import Generic, TypeVar
 
 from inferpool.engine.client import request_id
 from inferpool.engine.errors import Overloaded
+from inferpool.service.asked import NOTHING, Asked, asked
 from inferpool.service.frontdoor import Activity, echoable_request_id, shed_message
 from inferpool.service.telemetry.logs import model_served
 from inferpool.service.telemetry.metrics import Inference, Metrics
@@ -105,11 +106,13 @@ class Call(Generic[S]):
         rid = self.rid = (None if given is None else echoable_request_id(given)) or next(ids)
         return rid
 
-    def begin(self) -> None:
+    def begin(self, what: Asked = NOTHING) -> None:
         """Its logs carry its request id from here on, and no model's labels until its model is
-        found (the front door's ``resolve``, the host's ``get`` set them)."""
+        found (the front door's ``resolve``, the host's ``get`` set them); the front door reads
+        ``what`` its caller asked (service/asked.py)."""
         request_id.set(self.rid)
         model_served.set(None)
+        asked.set(what)
 
     def finish(self, status: S) -> None:
         """It is over with ``status`` (``LEFT`` instead if its caller left): counted out if it

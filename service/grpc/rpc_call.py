@@ -16,6 +16,7 @@ from typing import Any
 import grpc
 
 from inferpool.engine.client import request_id
+from inferpool.service.asked import asked, asked_in_metadata
 from inferpool.service.calls import Call
 from inferpool.service.frontdoor import Activity, client_request_id
 from inferpool.service.telemetry.metrics import Metrics
@@ -43,8 +44,10 @@ class RpcCall(Call[str]):
         """Its request id (the caller's metadata, the request's own ``id``, or the next of
         ``ids``), set for its logs and sent back as trailing metadata."""
         context = self.context
-        rid = self.rid = client_request_id(context.invocation_metadata() or ()) or self.request.id or next(ids)
+        metadata = context.invocation_metadata() or ()
+        rid = self.rid = client_request_id(metadata) or self.request.id or next(ids)
         request_id.set(rid)
+        asked.set(asked_in_metadata(metadata))  # what HTTP's Call.begin reads from headers
         context.set_trailing_metadata((("x-request-id", rid),))
         return rid
 

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 
+from inferpool.service.asked import PRIORITY_HEADER, asked_in
 from inferpool.service.auth import ApiKey
 from inferpool.service.calls import CLIENT_CLOSED, HttpCall
 from inferpool.service.errors import ErrorAnswer, answer_for, unexpected
@@ -63,6 +64,8 @@ class Decoded:
     """The X-Request-Timeout-Ms header."""
     timeout_ms: float | None = None
     """The v2 ``timeout`` parameter."""
+    priority: object = None
+    """The v2 ``priority`` parameter, as sent (the front door checks it)."""
 
 
 class LaneHandler(Protocol):
@@ -199,7 +202,7 @@ class Lane:
             return None
         if self.auth is not None and not self.auth.admits(url.decode(), protocol.headers):
             return None  # answered 401 the ASGI way
-        if self.activity.full() is not None:
+        if self.activity.full_for(headers.get(PRIORITY_HEADER)) is not None:
             return None
         keep_alive = parser.get_http_version() != "1.0" and parser.should_keep_alive()
         return LaneRequest(self, protocol, route, found, headers, keep_alive)
@@ -238,7 +241,7 @@ class Lane:
         if request.disconnected:
             self._done(request, CLIENT_CLOSED, None)
             return
-        request.begin()
+        request.begin(asked_in(request.headers))
         handler = request.handler
         try:
             served = handler.resolve(request.found)
@@ -253,7 +256,7 @@ class Lane:
                 return
             encoded, inference = handler.door.infer_inline(
                 served, call.inputs, call.encode, call.decoded, received=request.started, parsed=time.perf_counter(),
-                rid=request.rid, timeout=call.timeout, timeout_ms=call.timeout_ms,
+                rid=request.rid, timeout=call.timeout, timeout_ms=call.timeout_ms, priority=call.priority,
             )  # fmt: skip
             answer = handler.answer_of(encoded, server_timing(request.started, inference))
         except Exception as exc:  # noqa: BLE001 -- unexpected() logs the traceback
@@ -266,7 +269,7 @@ class Lane:
         try:
             encoded, inference = await handler.door.infer(
                 served, call.inputs, call.encode, call.decoded, received=request.started, parsed=time.perf_counter(),
-                rid=request.rid, timeout=call.timeout, timeout_ms=call.timeout_ms,
+                rid=request.rid, timeout=call.timeout, timeout_ms=call.timeout_ms, priority=call.priority,
             )  # fmt: skip
             answer = handler.answer_of(encoded, server_timing(request.started, inference))
         except Exception as exc:  # noqa: BLE001 -- unexpected() logs the traceback

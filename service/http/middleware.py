@@ -22,6 +22,7 @@ import time
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from inferpool.service.apierror import error_body_for
+from inferpool.service.asked import PRIORITY_HEADER, asked_in
 from inferpool.service.calls import HttpCall
 from inferpool.service.frontdoor import Activity, request_ids, shed_message
 from inferpool.service.http.protocol import CLIENT_LEFT
@@ -134,8 +135,9 @@ class RequestContext:
             return
         started = scope[STARTED] = time.perf_counter()
         call = AsgiCall(self, scope, receive, send, started)
-        rid = call.identify(header_map(scope).get(b"x-request-id"), self._ids)
-        limit = self.activity.full()
+        headers = header_map(scope)
+        rid = call.identify(headers.get(b"x-request-id"), self._ids)
+        limit = self.activity.full_for(headers.get(PRIORITY_HEADER))
         path = scope["path"]
         observer = self.observer
         if limit is not None and not _never_shed(path):
@@ -149,7 +151,7 @@ class RequestContext:
             return
         if observer is not None:
             call.watch = observer.watch(scope)
-        call.begin()
+        call.begin(asked_in(headers))
         try:
             await self.app(scope, receive if scope["method"] == "GET" else call.counting_receive, call.send_with_id)
         finally:

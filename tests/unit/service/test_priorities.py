@@ -1,0 +1,62 @@
+"""A request's priority level as the front door reads it (service/priorities.py), and the door's
+count shedding the lowest level first."""
+
+from __future__ import annotations
+
+import pytest
+
+from inferpool.service.apierror import ApiError
+from inferpool.service.frontdoor import Activity
+from inferpool.service.priorities import Priorities
+
+THREE = Priorities(levels=3, default=2)
+
+
+def test_none_given_or_zero_is_the_default():
+    assert THREE.level(None, None) == 2
+    assert THREE.level(0, None) == 2
+    assert THREE.level(None, b"0") == 2
+
+
+def test_the_parameter_wins_over_the_header():
+    assert THREE.level(1, b"3") == 1
+    assert THREE.level(None, b" 3 ") == 3
+    assert THREE.level(None, "1") == 1  # gRPC metadata is text
+
+
+@pytest.mark.parametrize(
+    ("parameter", "header", "says"),
+    [
+        (4, None, "parameter 'priority' 4 is not a level"),
+        (-1, None, "parameter 'priority' -1 is not a level"),
+        (True, None, "must be a whole number; got True"),
+        (1.0, None, "must be a whole number; got 1.0"),
+        ("1", None, "must be a whole number; got '1'"),
+        (None, b"high", "X-Request-Priority 'high' is not a whole number"),
+        (None, b"-1", "X-Request-Priority '-1' is not a whole number"),
+        (None, b"9", "X-Request-Priority 9 is not a level"),
+    ],
+)
+def test_a_bad_priority_is_a_400_saying_what_to_send(parameter, header, says):
+    with pytest.raises(ApiError) as caught:
+        THREE.level(parameter, header)
+    assert caught.value.status == 400
+    assert caught.value.reason == "invalid_priority"
+    assert says in str(caught.value)
+    assert "send 1 (the highest) to 3 (the lowest), or 0 for the default (2)" in str(caught.value)
+
+
+def test_the_door_sheds_the_lowest_level_first():
+    activity = Activity()
+    activity.admit(10)
+    activity.priorities = Priorities(levels=2, default=1)
+    activity.active = 5
+    assert activity.full_for(None) is None
+    assert activity.full_for(b"1") is None
+    assert activity.full_for(b"2") == 5  # half the door for the low level
+    assert activity.full_for(b"bad") is None  # counted as the default; refused 400 further in
+    activity.active = 10
+    assert activity.full_for(b"1") == 10
+    activity.priorities = Priorities()
+    activity.active = 9
+    assert activity.full_for(b"2") is None  # one level: no header changes anything
