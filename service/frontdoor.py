@@ -81,11 +81,11 @@ class Activity:
             limit = room(limit, level, self.priorities.levels)
         return limit if limit is not None and self.active >= limit else None
 
-    def full_for(self, header: bytes | None) -> int | None:
-        """``full`` for a request whose X-Request-Priority header is ``header`` (a bad one counts as
-        the default here: the front door answers it 400)."""
+    def level_of(self, header: bytes | None) -> int:
+        """The level ``full`` takes for a request whose X-Request-Priority header is ``header``: 0
+        with one level; a bad one counts as the default here (the front door answers it 400)."""
         priorities = self.priorities
-        return self.full(priorities.lenient(header) if priorities.on else 0)
+        return priorities.lenient(header) if priorities.on else 0
 
 
 def shed_message(limit: int) -> str:

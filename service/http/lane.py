@@ -202,7 +202,8 @@ class Lane:
             return None
         if self.auth is not None and not self.auth.admits(url.decode(), protocol.headers):
             return None  # answered 401 the ASGI way
-        if self.activity.full_for(headers.get(PRIORITY_HEADER)) is not None:
+        activity = self.activity
+        if activity.full(activity.level_of(headers.get(PRIORITY_HEADER))) is not None:
             return None
         keep_alive = parser.get_http_version() != "1.0" and parser.should_keep_alive()
         return LaneRequest(self, protocol, route, found, headers, keep_alive)

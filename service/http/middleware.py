@@ -28,6 +28,7 @@ from inferpool.service.frontdoor import Activity, request_ids, shed_message
 from inferpool.service.http.protocol import CLIENT_LEFT
 from inferpool.service.telemetry.metrics import Metrics
 from inferpool.service.telemetry.observe import INFERENCE, Observer, Watch
+from inferpool.service.telemetry.traffic import SHED
 
 STARTED = "inferpool.started"  # scope keys the /predict route reads and writes (and INFERENCE)
 HEADER_MAP = "inferpool.headers"  # scope key: header_map's, with the header list it was built from
@@ -137,12 +138,15 @@ class RequestContext:
         call = AsgiCall(self, scope, receive, send, started)
         headers = header_map(scope)
         rid = call.identify(headers.get(b"x-request-id"), self._ids)
-        limit = self.activity.full_for(headers.get(PRIORITY_HEADER))
+        level = self.activity.level_of(headers.get(PRIORITY_HEADER))
+        limit = self.activity.full(level)
         path = scope["path"]
         observer = self.observer
         if limit is not None and not _never_shed(path):
             await self._shed(send, rid, limit, call.closes, path)
             self.metrics.observe_error("load_shed")
+            if level:
+                self.metrics.traffic.prioritised(level, SHED)
             call.label = "shed"
             if observer is not None:
                 call.watch = observer.watch({})

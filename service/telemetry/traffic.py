@@ -23,7 +23,7 @@ class TrafficMetrics:
     cache: Family = field(init=False)
     levels: Family = field(init=False)
     level_seconds: Family = field(init=False)
-    _seen: dict[tuple[Family, tuple[str, ...]], Child] = field(default_factory=dict, init=False)
+    _seen: dict[tuple[str, tuple[str, ...]], Child] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
         cache_doc = "Requests the response cache was asked about, by model and outcome (hit: answered from it)."
@@ -39,9 +39,9 @@ class TrafficMetrics:
         return self.cache, self.levels, self.level_seconds
 
     def _slots(self, family: Family, values: tuple[str, ...]) -> Child:
-        found = self._seen.get((family, values))
+        found = self._seen.get((family.name, values))
         if found is None:
-            found = self._seen[family, values] = self.child(family, values)
+            found = self._seen[family.name, values] = self.child(family, values)
         return found
 
     def cached(self, model: str, outcome: str) -> None:

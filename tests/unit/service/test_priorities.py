@@ -51,12 +51,10 @@ def test_the_door_sheds_the_lowest_level_first():
     activity.admit(10)
     activity.priorities = Priorities(levels=2, default=1)
     activity.active = 5
-    assert activity.full_for(None) is None
-    assert activity.full_for(b"1") is None
-    assert activity.full_for(b"2") == 5  # half the door for the low level
-    assert activity.full_for(b"bad") is None  # counted as the default; refused 400 further in
+    assert [activity.level_of(header) for header in (None, b"1", b"2", b"bad")] == [1, 1, 2, 1]
+    assert activity.full(1) is None
+    assert activity.full(2) == 5  # half the door for the low level
     activity.active = 10
-    assert activity.full_for(b"1") == 10
+    assert activity.full(1) == 10
     activity.priorities = Priorities()
-    activity.active = 9
-    assert activity.full_for(b"2") is None  # one level: no header changes anything
+    assert activity.level_of(b"2") == 0  # one level: no header changes anything
