@@ -257,7 +257,7 @@ class FrontDoor:
 
     def _hit(self, served: Served, received: float, parsed: float) -> Inference:
         """A cached answer's phases: its decoding only (no queue, no model, no encoding)."""
-        marks = (received, parsed, time.perf_counter(), 0.0)
+        marks = (received, parsed, time.perf_counter(), time.monotonic())  # a trace's empty queue and model spans
         return Inference(served.name, parsed - received, 0.0, 0.0, 0.0, 0, 0.0, marks, served.labels[1])
 
     def _shed(self, level: int) -> None:

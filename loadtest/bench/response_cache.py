@@ -6,7 +6,9 @@
 ``minilm-zipf``: ``config/minilm.toml``'s server, 32 keep-alive connections in a closed loop,
 each request one of 1,000 sentences drawn by a Zipf law (s = 1.1, a search engine's query log's
 shape): req/s, p50 and p99 with ``response_cache_mb`` at ``--cache-mb`` and at 0, and the hit
-ratio the server counted. With several serving processes each warms its own cache.
+ratio the server counted. With several serving processes each warms its own cache: ``--workers 1``
+against the default (one per CPU) shows what one cache per process loses to keep-alive
+connections spread over the processes, the figure a cache shared in memory would have to beat.
 
 ``digits-miss``: the built-in digits model, every request a new image (no hit is possible): the
 cost of a miss (writing the request out, one look-up, keeping the answer) against the cache off,
@@ -60,6 +62,7 @@ def response_cache_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--warmup", type=float, default=3.0)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=0, help="serving processes (0: the server's default)")
     parser.add_argument(
         "--requests", type=int, default=0, help="bodies drawn, sent in turn (0: the workload's own count)"
     )
@@ -68,7 +71,8 @@ def response_cache_parser() -> argparse.ArgumentParser:
 
 def _round(args: argparse.Namespace, cache_mb: float, payloads: list[Payload]) -> tuple[Summary, float]:
     serve, _, model, _ = WORKLOADS[args.workload]
-    with launch(inferpool_serve(*serve, "--response-cache-mb", f"{cache_mb:g}"), ready_timeout=600) as server:
+    command = inferpool_serve(*serve, "--workers", str(args.workers), "--response-cache-mb", f"{cache_mb:g}")
+    with launch(command, ready_timeout=600) as server:
         window = blocking(drive)(
             server.port, Workload(payloads, concurrency=args.connections), args.warmup, args.seconds
         )

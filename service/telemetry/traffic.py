@@ -11,7 +11,7 @@ from inferpool.service.telemetry.metric_slots import Child, Family, observe
 
 HIT, MISS = "hit", "miss"
 ANSWERED, SHED = "answered", "shed"
-"""A prioritised request's outcomes: answered (any status but a shed's), or refused under load."""
+"""A prioritised request's outcomes: answered (a 200), or refused under load (a 503)."""
 
 
 @dataclass(eq=False)
@@ -28,7 +28,7 @@ class TrafficMetrics:
     def __post_init__(self) -> None:
         cache_doc = "Requests the response cache was asked about, by model and outcome (hit: answered from it)."
         self.cache = Family("inferpool_response_cache", cache_doc, ("model", "outcome"))
-        levels_doc = "Requests by priority level (1 the highest) and outcome (answered, or shed under load)."
+        levels_doc = "Requests by priority level (1 the highest) and outcome (answered 200, or shed under load)."
         self.levels = Family("inferpool_priority_requests", levels_doc, ("priority", "outcome"))
         seconds_doc = "Model requests answered, by priority level: received to encoded, through the front door."
         name = "inferpool_priority_request_duration_seconds"
