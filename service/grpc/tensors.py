@@ -67,11 +67,11 @@ def decode(request: pb.ModelInferRequest, expected: Mapping[str, TensorMeta]) ->
         inputs[name] = _input(tensor, raw[index] if raw else None, expected.get(name))
     outputs = [output.name for output in request.outputs] or None
     parameters = request.parameters
-    priority = _value(parameters["priority"]) if "priority" in parameters else None
+    priority = parameter_value(parameters["priority"]) if "priority" in parameters else None
     return Decoded(inputs, outputs, _timeout_ms(parameters), priority)
 
 
-def _value(parameter: pb.InferParameter) -> object:
+def parameter_value(parameter: pb.InferParameter) -> object:
     """What an InferParameter holds, whichever of its choices it took."""
     choice = parameter.WhichOneof("parameter_choice")
     return None if choice is None else getattr(parameter, choice)

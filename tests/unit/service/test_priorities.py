@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import pytest
 
+from inferpool.engine.errors import Overloaded
+from inferpool.harness.metrics import metric_total
 from inferpool.service.apierror import ApiError
 from inferpool.service.frontdoor import Activity
+from inferpool.service.grpc import inference_pb2 as pb
+from inferpool.service.grpc.rpc_call import RpcCall
 from inferpool.service.priorities import Priorities
+from inferpool.service.telemetry.metrics import Metrics
 
 THREE = Priorities(levels=3, default=2)
 
@@ -58,3 +63,34 @@ def test_the_door_sheds_the_lowest_level_first():
     assert activity.full(1) == 10
     activity.priorities = Priorities()
     assert activity.level_of(b"2") == 0  # one level: no header changes anything
+
+
+class _Context:
+    def __init__(self, metadata: tuple[tuple[str, str], ...] = ()) -> None:
+        self.metadata = metadata
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return self.metadata
+
+
+def _grpc_call(activity: Activity, metrics: Metrics, priority: int | None, metadata=()) -> RpcCall:
+    request = pb.ModelInferRequest(model_name="digits")
+    if priority is not None:
+        request.parameters["priority"].uint64_param = priority  # as Triton's client sends it
+    return RpcCall(activity, metrics, 0.0, "ModelInfer", request, _Context(metadata), None)
+
+
+def test_a_grpc_call_is_shed_at_the_door_by_its_level():
+    activity, metrics = Activity(), Metrics()
+    activity.admit(4)
+    activity.priorities = Priorities(levels=2, default=1)
+    activity.active = 2
+    _grpc_call(activity, metrics, 1).admit()  # the high level: room for 4
+    with pytest.raises(Overloaded):
+        _grpc_call(activity, metrics, 2).admit()  # the low level: room for 2, 3 inside
+    with pytest.raises(Overloaded):
+        _grpc_call(activity, metrics, None, (("x-request-priority", "2"),)).admit()
+    _grpc_call(activity, metrics, None).admit()  # none named: the default, the high level
+    assert activity.active == 4
+    text = metrics.render().decode()
+    assert metric_total(text, "inferpool_priority_requests_total", priority="2", outcome="shed") == 2
