@@ -119,6 +119,9 @@ class Served:
 
 Encoder = Callable[[Served, Mapping[str, Any], C], T]
 """An entry point's encoding of a model's outputs (with what it decoded, ``C``)."""
+Looked = tuple[int, Key | None, Any]
+"""A request's priority level, its response cache key (None: not looked up) and the answer the
+cache holds for it (None: a miss, or not looked up): ``FrontDoor.look``'s."""
 
 
 class ModelReadiness(NamedTuple):
@@ -198,15 +201,16 @@ class FrontDoor:
     async def infer(
         self, served: Served, inputs: object, encode: Encoder[C, T], decoded: C, *, received: float, parsed: float,
         rid: str | None, timeout: bytes | None = None, timeout_ms: float | None = None, remaining: float | None = None,
-        priority: object = None,
+        priority: object = None, looked: Looked | None = None,
     ) -> tuple[T, Inference]:  # fmt: skip
         """Run the request and encode its answer: ``timeout`` is the X-Request-Timeout-Ms header,
         ``timeout_ms`` and ``priority`` the v2 parameters, ``remaining`` a gRPC caller's own
         deadline (seconds); ``received``/``parsed`` when the body began to arrive and when it was
-        decoded. A repeated request is answered from the response cache, when it is on."""
-        level, key, found = self._look(served, inputs, encode, decoded, priority)
+        decoded. A repeated request is answered from the response cache, when it is on;
+        ``looked``: what ``look`` found already, for a caller that looked before it made a task."""
+        level, key, found = looked or self.look(served, inputs, encode, decoded, priority)
         if found is not None:
-            return found, self._hit(served, received, parsed)
+            return found, self.hit(served, received, parsed)
         when, field = self._deadline(served, timeout, timeout_ms, remaining)
         try:
             prediction = await served.model.infer(inputs, when, rid, level)
@@ -225,9 +229,9 @@ class FrontDoor:
         """``infer`` for a model whose requests run inline (``served.model.inline``), without a
         coroutine: the HTTP lane answers such requests from the parser's callbacks, the native
         gRPC front end from its batch of calls."""
-        level, key, found = self._look(served, inputs, encode, decoded, priority)
+        level, key, found = self.look(served, inputs, encode, decoded, priority)
         if found is not None:
-            return found, self._hit(served, received, parsed)
+            return found, self.hit(served, received, parsed)
         when, field = self._deadline(served, timeout, timeout_ms, remaining)
         try:
             prediction = served.model.infer_inline(inputs, when, rid)
@@ -235,11 +239,9 @@ class FrontDoor:
             raise below_floor(exc, field) from None
         return self._answered(served, prediction, encode, decoded, received, parsed, level, key)
 
-    def _look(
-        self, served: Served, inputs: object, encode: Encoder[C, T], decoded: C, priority: object
-    ) -> tuple[int, Key | None, Any]:
-        """The request's priority level, its response cache key (None: not looked up) and the
-        answer the cache holds for it (None: a miss, or not looked up)."""
+    def look(self, served: Served, inputs: object, encode: Encoder[C, T], decoded: C, priority: object) -> Looked:
+        """What the door decides before the engine: the request's level (a 400 for a bad one)
+        and whether the response cache answers it (``Looked``)."""
         what = asked.get()
         level = self.priorities.level(priority, what.priority) if self.priorities.on else 0
         cache = self.cache
@@ -255,7 +257,7 @@ class FrontDoor:
             self.metrics.traffic.prioritised(level, ANSWERED, 0.0)
         return level, key, found
 
-    def _hit(self, served: Served, received: float, parsed: float) -> Inference:
+    def hit(self, served: Served, received: float, parsed: float) -> Inference:
         """A cached answer's phases: its decoding only (no queue, no model, no encoding)."""
         marks = (received, parsed, time.perf_counter(), time.monotonic())  # a trace's empty queue and model spans
         return Inference(served.name, parsed - received, 0.0, 0.0, 0.0, 0, 0.0, marks, served.labels[1])

@@ -37,7 +37,7 @@ from inferpool.service.asked import PRIORITY_HEADER, asked_in
 from inferpool.service.auth import ApiKey
 from inferpool.service.calls import CLIENT_CLOSED, HttpCall
 from inferpool.service.errors import ErrorAnswer, answer_for, unexpected
-from inferpool.service.frontdoor import Activity, Encoder, FrontDoor, Served, request_ids
+from inferpool.service.frontdoor import Activity, Encoder, FrontDoor, Looked, Served, request_ids
 from inferpool.service.http.codec import Disconnected
 from inferpool.service.http.middleware import SERIAL
 from inferpool.service.http.rawasgi import JSON, Answer, error_headers, server_timing
@@ -247,30 +247,41 @@ class Lane:
         try:
             served = handler.resolve(request.found)
             call = handler.decode(served, request.body, request.headers)
-            if not served.model.inline:
-                # Held in the server's task set, as uvicorn holds its own: its shutdown waits for them.
-                tasks = request.protocol.tasks
-                task = request.task = asyncio.get_running_loop().create_task(self._answer_later(request, served, call))
-                tasks.add(task)
-                task.add_done_callback(tasks.discard)
-                task.add_done_callback(functools.partial(self._ended, request))
-                return
-            encoded, inference = handler.door.infer_inline(
-                served, call.inputs, call.encode, call.decoded, received=request.started, parsed=time.perf_counter(),
-                rid=request.rid, timeout=call.timeout, timeout_ms=call.timeout_ms, priority=call.priority,
-            )  # fmt: skip
+            if served.model.inline:
+                encoded, inference = handler.door.infer_inline(
+                    served, call.inputs, call.encode, call.decoded, received=request.started,
+                    parsed=time.perf_counter(), rid=request.rid, timeout=call.timeout, timeout_ms=call.timeout_ms,
+                    priority=call.priority,
+                )  # fmt: skip
+            else:
+                door = handler.door
+                looked = door.look(served, call.inputs, call.encode, call.decoded, call.priority)
+                if looked[2] is None:
+                    self._later(request, served, call, looked)
+                    return
+                # A response cache hit: answered now, with no task.
+                encoded, inference = looked[2], door.hit(served, request.started, time.perf_counter())
             answer = handler.answer_of(encoded, server_timing(request.started, inference))
         except Exception as exc:  # noqa: BLE001 -- unexpected() logs the traceback
             self._error(request, exc)
             return
         self._send(request, 200, answer, inference)
 
-    async def _answer_later(self, request: LaneRequest, served: Served, call: Decoded) -> None:
+    def _later(self, request: LaneRequest, served: Served, call: Decoded, looked: Looked) -> None:
+        """Its answer on a task (a model on worker threads): held in the server's task set, as
+        uvicorn holds its own, so that its shutdown waits for them."""
+        tasks = request.protocol.tasks
+        task = request.task = asyncio.get_running_loop().create_task(self._answer_later(request, served, call, looked))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+        task.add_done_callback(functools.partial(self._ended, request))
+
+    async def _answer_later(self, request: LaneRequest, served: Served, call: Decoded, looked: Looked) -> None:
         handler = request.handler
         try:
             encoded, inference = await handler.door.infer(
                 served, call.inputs, call.encode, call.decoded, received=request.started, parsed=time.perf_counter(),
-                rid=request.rid, timeout=call.timeout, timeout_ms=call.timeout_ms, priority=call.priority,
+                rid=request.rid, timeout=call.timeout, timeout_ms=call.timeout_ms, looked=looked,
             )  # fmt: skip
             answer = handler.answer_of(encoded, server_timing(request.started, inference))
         except Exception as exc:  # noqa: BLE001 -- unexpected() logs the traceback

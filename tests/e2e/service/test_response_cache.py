@@ -87,7 +87,11 @@ def test_repeats_hit_with_the_same_bytes_and_nothing_crosses_models_versions_or_
 
 
 def test_many_clients_at_once_each_get_their_own_answer(tmp_path, images, reference):
-    args = ("--response-cache-mb", "0.05", "--workers", "1", "--runtime.num-runtimes", "2")  # a few dozen answers
+    """On worker threads: a hit on the lane is answered at once, a miss on a task (both here)."""
+    args = (
+        "--response-cache-mb", "0.05", "--workers", "1", "--runtime.num-runtimes", "2",  # a few dozen answers
+        "--runtime.dispatch", "threads",
+    )  # fmt: skip
     with run_server(tmp_path, *args) as server:
         wait_ready(server)
         _, labels = reference(images)
@@ -102,6 +106,13 @@ def test_many_clients_at_once_each_get_their_own_answer(tmp_path, images, refere
         with ThreadPoolExecutor(16) as pool:
             answered = list(pool.map(ask, range(400)))
         hits, misses = _counts(server, "digits")
+        body = orjson.dumps({"inputs": images[3].tolist()})
+        with httpx2.Client(base_url=server.url, timeout=30) as http:  # keep-alive: the lane's
+            repeated = [http.post("/predict", content=body) for _ in range(3)]
+        hits_after, _ = _counts(server, "digits")
     assert all(label == int(labels[sample]) for sample, label in answered)
     assert hits + misses == 400
     assert hits > 0
+    assert len({answer.content for answer in repeated}) == 1
+    assert all(answer.status_code == 200 for answer in repeated)
+    assert hits_after - hits >= 2
