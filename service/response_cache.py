@@ -6,7 +6,8 @@ consulted by the front door for every route that hands it a request (service/fro
 that a route needs no code of its own for it. An entry's key is:
 
 - the model's record (``Served``: one per model version, so no answer crosses models or
-  versions, and a version swapped or unloaded takes its entries' keys with it);
+  versions). A serving process's models never change: a load, unload or version swap replaces
+  the processes (service/processes/model_swap.py), and a new process starts with an empty cache;
 - the route's encoder (``/predict``, v2 JSON or binary, gRPC and ``/v1/embeddings`` encode the
   same outputs differently), and what that encoder is given besides the outputs
   (the v2 request's id and requested outputs, the embeddings request's format and dimensions),
@@ -90,11 +91,3 @@ class ResponseCache:
                 _, (_, evicted) = entries.popitem(last=False)
                 self.bytes -= evicted
         return True
-
-    def drop(self, owner: Hashable) -> int:
-        """Forget every answer of ``owner`` (a model version that stops serving); how many."""
-        with self._lock:
-            gone = [key for key in self._entries if key[0] is owner]
-            for key in gone:
-                self.bytes -= self._entries.pop(key)[1]
-        return len(gone)
