@@ -4,6 +4,7 @@ over HTTP's header, v2's parameter and gRPC's."""
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx2
@@ -18,37 +19,43 @@ from inferpool.harness.server import free_port, run_server, wait_ready
 
 SAMPLE = orjson.dumps({"inputs": np.zeros((1, 8, 8)).tolist()})
 V2_SAMPLE = {"inputs": [{"name": "image", "shape": [1, 1, 8, 8], "datatype": "FP32", "data": [0.0] * 64}]}
-FLOOD = 48  # requests at once: 4x what one runtime and max_queue 8 hold
 LEVELS = "inferpool_priority_requests_total"
+WAVE = 8  # requests at once, per level
 
 
 def test_a_flood_sheds_the_low_level_first(tmp_path):
+    """One runtime at 500 ms a call and max_queue 8: the process holds 9 requests, the low level 5
+    (9 less its half). A wave of low requests fills the low level's room and the rest of it is
+    shed; a wave of high ones right after, while those 5 are still inside, is still admitted up
+    to the whole capacity: the low level was refused first."""
     args = (
-        "--model", "tests.support.slow_model:slow_calls", "--workers", "1", "--max-queue", "8",
+        "--model", "tests.support.slow_model:queued_calls", "--workers", "1", "--max-queue", "8",
         "--runtime.num-runtimes", "1", "--runtime.dispatch", "threads", "--runtime.backend", "eager",
         "--priority-levels", "2", "--default-priority", "1",
     )  # fmt: skip
     with run_server(tmp_path, *args) as server:
         wait_ready(server)
 
-        def ask(i: int) -> tuple[int, int, str | None]:
-            level = 1 + i % 2
-            answer = httpx2.post(
-                server.url + "/predict", content=SAMPLE, headers={"X-Request-Priority": str(level)}, timeout=30
-            )
-            return level, answer.status_code, answer.headers.get("retry-after")
+        def ask(level: int) -> tuple[int, str | None]:
+            headers = {"X-Request-Priority": str(level)}
+            answer = httpx2.post(server.url + "/predict", content=SAMPLE, headers=headers, timeout=60)
+            return answer.status_code, answer.headers.get("retry-after")
 
-        with ThreadPoolExecutor(FLOOD) as pool:
-            answers = list(pool.map(ask, range(FLOOD)))
+        with ThreadPoolExecutor(2 * WAVE) as pool:
+            low = [pool.submit(ask, 2) for _ in range(WAVE)]
+            time.sleep(0.25)  # every low one in or shed; the first call (500 ms) still runs
+            high = [pool.submit(ask, 1) for _ in range(WAVE)]
+            answers = {2: [f.result() for f in low], 1: [f.result() for f in high]}
         metrics = httpx2.get(server.url + "/metrics", timeout=10).text
-    ok = {level: sum(1 for lvl, status, _ in answers if lvl == level and status == 200) for level in (1, 2)}
-    assert {status for _, status, _ in answers} <= {200, 503}
-    assert all(retry is not None for _, status, retry in answers if status == 503)
-    assert ok[1] > ok[2], answers
-    assert ok[1] >= 9  # the high level had the whole door: at least what the model holds at once
+    ok = {level: sum(1 for status, _ in found if status == 200) for level, found in answers.items()}
+    for found in answers.values():
+        assert {status for status, _ in found} <= {200, 503}, found
+        assert all(retry is not None for status, retry in found if status == 503), found
+    assert ok[2] == 5, answers  # the low level's room, the other 3 shed
+    assert ok[1] >= 4, answers  # the rest of the capacity went to the high level, after lows were refused
     for level in (1, 2):  # at the door or in the model's queue, every request is counted under its level
         assert metric_total(metrics, LEVELS, priority=str(level), outcome="answered") == ok[level]
-        assert metric_total(metrics, LEVELS, priority=str(level), outcome="shed") == FLOOD // 2 - ok[level]
+        assert metric_total(metrics, LEVELS, priority=str(level), outcome="shed") == WAVE - ok[level]
 
 
 def test_a_priority_that_is_no_level_is_a_400(tmp_path):
