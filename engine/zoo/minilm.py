@@ -25,7 +25,9 @@ import torch.nn.functional as F
 from inferpool.engine.client import NOT_BLANK
 from inferpool.engine.errors import InvalidInput, ModelLoadError
 from inferpool.engine.models.handlers import Handler, TextEmbedding, TokenIds
+from inferpool.engine.models.hf_tokens import HfTokens
 from inferpool.engine.models.spec import ModelSpec
+from inferpool.engine.models.text_api import TextInputs
 from inferpool.engine.schema import Array
 
 MAX_TOKENS = 256
@@ -220,16 +222,26 @@ class MiniLMHandler(Handler):
         self.text_embedding = TextEmbedding(
             DIMENSIONS, token_ids=True, max_tokens=MAX_TOKENS, vocabulary=tokenizer.get_vocab_size()
         )
+        self.text_tokenizer = HfTokens(tokenizer)
 
     def samples(self, payload: object) -> int:
         value = payload.get("text") if isinstance(payload, Mapping) else payload
-        value = value.ids if isinstance(value, TokenIds) else value
+        value = value.ids if isinstance(value, TokenIds) else value.texts if isinstance(value, TextInputs) else value
         return len(value) if isinstance(value, list | np.ndarray) and len(value) else 1
 
     def preprocess(self, payload: object) -> tuple[dict[str, Array], object]:
         if isinstance(payload, TokenIds):
             ids, mask = _token_ids(payload, _tokenizer().get_vocab_size())
             single, truncated = False, np.zeros(len(ids), dtype=bool)
+        elif isinstance(payload, TextInputs):  # the text routes' (text_api); MiniLM has no prompts
+            ids, mask, truncated = _tokenize([_text(text, i) for i, text in enumerate(payload.texts)])
+            single = False
+            if not payload.truncate and truncated.any():
+                raise InvalidInput(
+                    f"text {int(np.argmax(truncated))} is longer than the model's {MAX_TOKENS} tokens; shorten it, "
+                    "or send 'truncate': true to embed its start",
+                    input_name="text",
+                )
         else:
             texts, single = _texts(payload)
             ids, mask, truncated = _tokenize(texts)

@@ -32,6 +32,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from inferpool.engine.client import EngineClient
 from inferpool.service.telemetry.logs import model_served
 from inferpool.service.telemetry.metric_slots import Child, Family, SlotCollector, SlotFile, bounds_of, observe
+from inferpool.service.telemetry.process_usage import ServingProcesses
 from inferpool.service.telemetry.traffic import TrafficMetrics
 
 if TYPE_CHECKING:  # config imports torch; the service only reads the settings it is given
@@ -134,6 +135,7 @@ class Metrics:
                 *self._model_families, self.rejections, self.failures, *self.traffic.families,
             ]  # fmt: skip
             r.register(SlotCollector(families))
+            r.register(ServingProcesses(supervised=False))
         else:  # a file per type: the collector takes the type from the file's name
             for counter, kind in ((True, "counter"), (False, "histogram")):
                 self._files[counter] = SlotFile.of(os.path.join(directory, f"{kind}_inferpool_{os.getpid()}.db"))
@@ -321,6 +323,7 @@ class Metrics:
             return generate_latest(self.registry)
         merged = CollectorRegistry()
         multiprocess.MultiProcessCollector(merged, path=directory)  # type: ignore[no-untyped-call]
+        merged.register(ServingProcesses(supervised=True))
         return generate_latest(merged)
 
 

@@ -15,6 +15,7 @@ import tritonclient.grpc as triton_grpc
 from inferpool.harness.metrics import metric_total
 from inferpool.harness.server import Server, free_port, run_server, wait_ready
 from tests.e2e.service.test_repository import add_version
+from tests.support.text_models import MODELS as TEXT_MODELS
 
 ONES = {"inputs": [[1.0, 1.0, 1.0, 1.0]]}
 V2_ONES = {"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1.0, 1.0, 1.0, 1.0]}]}
@@ -116,3 +117,25 @@ def test_many_clients_at_once_each_get_their_own_answer(tmp_path, images, refere
     assert len({answer.content for answer in repeated}) == 1
     assert all(answer.status_code == 200 for answer in repeated)
     assert hits_after - hits >= 2
+
+
+def test_text_routes_hit_on_their_texts_and_an_answer_with_an_id_only_on_its_id(tmp_path):
+    """TEI's /embed and /rerank answer the same texts with the same bytes; Infinity's /v1/rerank
+    answers carry the request id, so only a repeat with the same X-Request-Id (a retry) hits."""
+    with run_server(tmp_path, "--models", TEXT_MODELS, "--response-cache-mb", "1", "--workers", "1") as server:
+        wait_ready(server, 120)
+        embed = [_post(server, "/embed", {"inputs": ["Llamas eat grass."]}) for _ in range(2)]
+        assert embed[0].content == embed[1].content
+        pairs = {"query": "What do llamas eat?", "texts": ["Grass.", "Stocks."]}
+        rerank = [_post(server, "/rerank", pairs) for _ in range(2)]
+        assert rerank[0].content == rerank[1].content
+        documents = {"query": "What do llamas eat?", "documents": ["Grass.", "Stocks."]}
+        fresh = [_post(server, "/v1/rerank", documents) for _ in range(2)]
+        assert orjson.loads(fresh[0].content)["id"] != orjson.loads(fresh[1].content)["id"]
+        retried = [_post(server, "/v1/rerank", documents, **{"X-Request-Id": "retry-1"}) for _ in range(2)]
+        assert retried[0].content == retried[1].content
+        assert orjson.loads(retried[1].content)["id"] == "retry-1"
+        text = httpx2.get(server.url + "/metrics", timeout=10).text
+    hits = metric_total(text, HIT, outcome="hit")
+    misses = metric_total(text, HIT, outcome="miss")
+    assert (hits, misses) == (3, 5)

@@ -26,6 +26,8 @@ REQUIRED = {
     "Requests by priority level": "inferpool_priority_requests_total",
     "Latency by priority level (p99)": "inferpool_priority_request_duration_seconds_bucket",
     "Shed share by priority level": "inferpool_priority_requests_total",
+    "CPU per process": "inferpool_process_cpu_seconds_total",
+    "Memory per process (PSS)": "inferpool_process_pss_bytes",
 }
 
 
