@@ -26,6 +26,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from inferpool.config import traffic
 from inferpool.config.grpc import GRPC_SERVER_NAMES, check_grpc_server
 from inferpool.config.observability import check_payload_sink, check_tracing
 from inferpool.config.paths import ConfigFileSource
@@ -145,6 +146,10 @@ class Settings(BaseSettings):
         gt=0,
         description="Largest request body accepted (413 above it), checked before the body is buffered.",
     )
+    response_cache_mb: traffic.ResponseCacheMb = 0  # these four: config/traffic.py
+    response_cache_models: traffic.ResponseCacheModels = None
+    priority_levels: traffic.PriorityLevels = 1
+    default_priority: traffic.DefaultPriority = 1
     switch_interval: float = Field(
         0.0005,
         gt=0,
@@ -324,6 +329,7 @@ class Settings(BaseSettings):
     _model_source = field_validator("model")(check_source)
     _known_backend = field_validator("runtime")(check_backend)
     _known_grpc_server = field_validator("grpc_server")(check_grpc_server)
+    _priority_levels = model_validator(mode="after")(traffic.check_priorities)
 
     @classmethod
     def settings_customise_sources(

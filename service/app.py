@@ -144,7 +144,7 @@ def create_app(settings: Settings, host: ModelHost | None = None) -> FastAPI:
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"])
     app.state.activity = activity
-    metrics.watch_door(lambda: (activity.active, activity.limit))
+    metrics.watch_door(lambda: (activity.active, activity.limit, door.cache_bytes))
     app.add_middleware(RequestContext, metrics=metrics, activity=activity, observer=observer)
     app.openapi = model_aware_openapi(  # type: ignore[method-assign]
         app,

@@ -48,6 +48,10 @@ class TextApi:
     """(request, model name, declaration): what the model decides (its prompts, its limits)."""
     choose: Callable[[ModelHost, Any, str, str], tuple[EngineClient, Any]] | None = None
     """(host, request, kind, route) -> the model and its declaration; None: text_models' rule."""
+    answers_id: bool = False
+    """Whether the answer carries the request id (Infinity's ``id``): then the id is part of what
+    the response cache keys the answer by (a repeat hits only with the same X-Request-Id, as a
+    retry sends it); otherwise the encoder is given "" and repeats of the same texts hit."""
 
 
 class TextRoute(RawRoute):
@@ -77,9 +81,10 @@ class TextRoute(RawRoute):
         model, declared = self.choose(request, scope["path"])
         api.check(request, model.name, declared)
         rid = request_id.get()
+        echoed = rid if api.answers_id else ""
         try:
             content, inference = await door.infer(
-                door.of(model), api.payload(request), self._encode, (declared, request, rid), received=received,
+                door.of(model), api.payload(request), self._encode, (declared, request, echoed), received=received,
                 parsed=time.perf_counter(), rid=rid, timeout=headers.get(TIMEOUT_HEADER),
             )  # fmt: skip
         except InvalidInput as exc:  # what a text handler refuses is always about the texts

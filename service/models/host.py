@@ -213,6 +213,7 @@ class ModelHost:
                 model = ServedModel.load(
                     plan.source, plan.options, max_queue=settings.max_queue,
                     shares=shares, name=plan.name, handler=plan.handler, start=start, pod=self.pod,
+                    priority_levels=settings.priority_levels,
                 )  # fmt: skip
                 if _key(plan) in loaded or (model.name, plan.version) in names:
                     model.close()

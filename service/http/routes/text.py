@@ -67,8 +67,10 @@ APIS: dict[str, TextApi] = {
                       tei_codec.embed_for_model),
     "/rerank": TextApi("rerank", "texts", tei_codec.parse_rerank, _pairs, tei_codec.encode_rerank),
     "/tokenize": TextApi("tokenizer", "inputs", tei_codec.parse_tokenize, _inputs, _no_model_call),
-    "/v1/rerank": TextApi("rerank", "documents", rerank_codec.parse_documents, _pairs, rerank_codec.encode_documents),
-    "/classify": TextApi("classification", "input", rerank_codec.parse_classify, _inputs, rerank_codec.encode_classes),
+    "/v1/rerank": TextApi("rerank", "documents", rerank_codec.parse_documents, _pairs, rerank_codec.encode_documents,
+                          answers_id=True),
+    "/classify": TextApi("classification", "input", rerank_codec.parse_classify, _inputs, rerank_codec.encode_classes,
+                         answers_id=True),
 }  # fmt: skip
 """Each text route's API, by path (/v2/rerank is /v1/rerank's, /v1/classify /classify's)."""
 
