@@ -54,6 +54,7 @@ from inferpool.service.processes.model_swap import SIGNALS, ModelSwap
 from inferpool.service.processes.process_states import DOWN, ProcessBoard
 from inferpool.service.processes.retiring_server import RetiringServer
 from inferpool.service.processes.spread import ConnectionCounts
+from inferpool.service.processes.warm_restart import builders_loaded, inherited_listener, restart_from_cache
 from inferpool.service.readiness import Readiness
 
 log = logging.getLogger(__name__)
@@ -91,8 +92,9 @@ class Supervisor:
 
     def run(self) -> int:
         began = time.monotonic()
+        inherited = inherited_listener()
         try:
-            listener = _listen(self.settings.host, self.settings.port)
+            listener = inherited or _listen(self.settings.host, self.settings.port)
         except OSError as exc:  # the port is taken, the address is not this machine's, ...
             log.error("cannot listen on %s:%d: %s", self.settings.host, self.settings.port, exc)
             return 2
@@ -120,6 +122,12 @@ class Supervisor:
             return 1
         finally:
             standby.stop()  # joined: no thread of the parent's may exist at a fork
+        if inherited is None and host.cached_now and (builders := builders_loaded()):
+            log.info("this start built %d cached artifacts and keeps their builders in memory (%s): "
+                     "starting again from the cache", len(host.cached_now), ", ".join(builders))  # fmt: skip
+            if held is not None:
+                held.close()
+            restart_from_cache(listener)  # processes/warm_restart.py; does not return
         if self.settings.model_repository is not None:
             calls = RepositoryCalls(self.settings, host.planned)
             self.swap = ModelSwap(self, calls, began + self.settings.repository_poll_seconds)
