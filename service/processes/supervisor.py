@@ -54,7 +54,7 @@ from inferpool.service.processes.model_swap import SIGNALS, ModelSwap
 from inferpool.service.processes.process_states import DOWN, ProcessBoard
 from inferpool.service.processes.retiring_server import RetiringServer
 from inferpool.service.processes.spread import ConnectionCounts
-from inferpool.service.processes.warm_restart import builders_loaded, inherited_listener, restart_from_cache
+from inferpool.service.processes.warm_restart import inherited_listener, restart_from_cache, restart_reason
 from inferpool.service.readiness import Readiness
 
 log = logging.getLogger(__name__)
@@ -111,6 +111,7 @@ class Supervisor:
         if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not if inherited as ignored
             signal.signal(signal.SIGINT, signal.SIG_DFL)
         standby = Standby(listener, Readiness.LOADING)
+        loading = time.monotonic()
         try:
             host.preload()
         except EngineError as exc:  # the model's or the config's fault: one line, as config errors are
@@ -122,9 +123,8 @@ class Supervisor:
             return 1
         finally:
             standby.stop()  # joined: no thread of the parent's may exist at a fork
-        if inherited is None and host.cached_now and (builders := builders_loaded()):
-            log.info("this start built %d cached artifacts and keeps their builders in memory (%s): "
-                     "starting again from the cache", len(host.cached_now), ", ".join(builders))  # fmt: skip
+        if inherited is None and (reason := restart_reason(host.cached_now, time.monotonic() - loading)):
+            log.info("%s: starting again from the cache", reason)
             if held is not None:
                 held.close()
             restart_from_cache(listener)  # processes/warm_restart.py; does not return
