@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import socket
 import sysconfig
 from collections.abc import Callable
@@ -59,6 +60,16 @@ def stub_links_this_python() -> None:
         os.environ["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [libdir, os.environ.get("LD_LIBRARY_PATH")]))
 
 
+def stop_on_sigterm() -> None:
+    """SIGTERM (the launcher's stop) unwinds as Ctrl-C does, so that pytriton stops tritonserver and
+    removes its workspace (~30 MB under ~/.cache/pytriton, a copy of the server) instead of leaving it."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -74,6 +85,7 @@ def main() -> None:
     parser.add_argument("--max-queue-delay-us", type=int, default=0, help="0: Triton's default")
     args = parser.parse_args()
     stub_links_this_python()
+    stop_on_sigterm()
     config = TritonConfig(
         http_address="127.0.0.1", http_port=args.port, grpc_address="127.0.0.1", grpc_port=free_port(),
         metrics_address="127.0.0.1", metrics_port=free_port(), log_verbose=0,
