@@ -45,6 +45,7 @@ $(KSERVE_PYTHON):
 $(TRITON_PYTHON):
 	python3 -m venv .venv-triton
 	.venv-triton/bin/python -m pip install --quiet 'nvidia-pytriton==0.7.0' 'numpy<2' 'onnxruntime>=1.31'
+.venv-triton: $(TRITON_PYTHON)
 
 ## Run the whole test suite: tests/unit, tests/integration, then tests/e2e (see README.md).
 test: $(STAMP) $(PROMTOOL) $(PROMETHEUS) $(KSERVE_PYTHON) $(TRITON_PYTHON)
