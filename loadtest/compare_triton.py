@@ -3,10 +3,12 @@ ratios to it (issue 57's goals).
 
 Triton runs from its own venv, never the product's: ``make .venv-triton`` installs the
 ``nvidia-pytriton`` 0.7.0 wheel there (the C++ ``tritonserver`` 2.51, its Python backend, numpy < 2
-for the backend's stub, onnxruntime), and ``loadtest/peers/triton_digits.py`` serves the digits CNN
-with it: InferPool's own ONNX export on onnxruntime, 2 instances, dynamic batching, the v2 JSON
-body InferPool's ``digits-v2-json`` payload sends. The export is made (or found in the export
-cache) in this process, which has torch; the Triton venv has neither torch nor InferPool.
+for the backend's stub, onnxruntime), and ``loadtest/peers/triton_digits.py`` runs its
+``tritonserver`` on the digits CNN: InferPool's own ONNX export on onnxruntime inside the Python
+backend's stubs, 2 instances, dynamic batching, answering the v2 JSON body InferPool's
+``digits-v2-json`` payload sends. Its tree is tritonserver and one stub per instance. The export
+is made (or found in the export cache) in this process, which has torch; the Triton venv has
+neither torch nor InferPool.
 """
 
 from __future__ import annotations
