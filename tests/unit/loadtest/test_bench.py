@@ -28,6 +28,7 @@ FAMILIES = {
     "static": {"static"},
     "aoti": {"aoti"},
     "app_cpu": {"app_cpu"},
+    "http_cpu": {"http_cpu"},
     "wire": {"codec", "embeddings"},
     "metrics_cost": {"metrics"},
     "observability": {"door_cost", "observe"},
@@ -291,3 +292,17 @@ def test_aoti_rows_are_runtime_options_the_engine_accepts():
         assert (options.backend, options.aoti_interface) == (backend, interface)
         assert options.compiled_batch_sizes == (1, 32)
     assert aoti.aoti_parser().parse_args(["--rss-child", "digits", "eager"]).rss_child == ["digits", "eager"]
+
+
+def test_http_cpu_script_sends_the_body_and_stops_after_the_count(tmp_path):
+    from inferpool.harness.payloads import digits_v2_json
+    from loadtest.bench.http_cpu import STOPPED, lua_script
+
+    payload = digits_v2_json()
+    script = lua_script(payload, 1234, tmp_path).read_text()
+    assert "answered == 1234" in script
+    assert STOPPED in script
+    assert "wrk.thread:stop()" in script
+    assert 'wrk.headers["content-type"] = "application/json"' in script
+    body = script.split('io.open("', 1)[1].split('"', 1)[0]
+    assert Path(body).read_bytes() == payload.body

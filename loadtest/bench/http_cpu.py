@@ -1,0 +1,163 @@
+"""The server tree's CPU per HTTP request at 64 connections: what the front end costs, A against B.
+
+    python -m loadtest.bench http_cpu [--checkout NAME=PATH ...] [--requests 20000] [--rounds 5]
+
+Starts ``inferpool serve`` with no flags (digits, the default model: every serving process the
+machine's CPUs give, and their supervisor) once per ``--checkout`` (a tree whose ``inferpool``
+it imports: ``PYTHONPATH=PATH``; without one, this checkout), all at once, and loads one at a
+time with Debian's ``wrk`` (C, one thread, not counted: only the server tree is read) until
+``--requests`` answers, for each body (the v2 JSON infer and ``/predict``, as
+``inferpool.harness.payloads`` builds them). The figure is the tree's utime + stime
+(/proc/<pid>/stat of the supervisor and every serving process) across the run, divided by the
+answers: CPU µs per request. Wall-clock throughput on a shared machine is noise; CPU time per
+request much less so. Rounds interleave the checkouts (the order alternating per round) so that
+both meet the same machine; each is given as the median of its rounds, beside the load average.
+
+The A/B of two revisions: ``git worktree add /tmp/before REV`` and
+``--checkout before=/tmp/before --checkout after=.``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+from inferpool.harness.payloads import Payload, digits_json, digits_v2_json
+from inferpool.harness.server import Server, inferpool_serve, launch
+from loadtest.bench import case_parser
+from loadtest.procs import tree_cpu_seconds
+from loadtest.wrk import WRK
+
+BODIES = {"v2-json": digits_v2_json, "predict": digits_json}
+ROOT = Path(__file__).resolve().parents[2]
+SETTLE_SECONDS = 0.5
+"""After wrk stops: the answers still in flight when it closed its connections are counted too."""
+STOP_AFTER = """
+local answered = 0
+response = function(status, headers, body)
+  answered = answered + 1
+  if answered == {requests} then
+    io.write("STOPPED\\n")
+    io.flush()
+    wrk.thread:stop()
+  end
+end
+"""
+STOPPED = "STOPPED"
+"""What the script prints when it stops: wrk itself would sleep out its duration, so it is interrupted
+(SIGINT ends wrk's sleep; it then prints its summary)."""
+
+
+def lua_script(payload: Payload, requests: int, directory: Path) -> Path:
+    """wrk's script: ``payload`` on every connection, stopping after ``requests`` answers."""
+    body = directory / f"{abs(hash(payload.body))}.bin"
+    body.write_bytes(payload.body)
+    lines = [f'local f = io.open("{body}", "rb")', f'wrk.method = "{payload.method}"', "wrk.body = f:read('*a')"]
+    lines += ["f:close()", *(f'wrk.headers["{name}"] = "{value}"' for name, value in payload.headers)]
+    path = body.with_suffix(f".{requests}.lua")
+    path.write_text("\n".join(lines) + STOP_AFTER.format(requests=requests))
+    return path
+
+
+def answered(server: Server, payload: Payload, script: Path, connections: int, seconds: int) -> int:
+    """One wrk run against ``server``: the 2xx answers it counted (it fails on any other)."""
+    argv = [WRK, "-t1", f"-c{connections}", f"-d{seconds}s", "--timeout", "10s", "-s", str(script)]
+    with subprocess.Popen([*argv, server.url + payload.path], stdout=subprocess.PIPE, text=True) as wrk:
+        assert wrk.stdout is not None
+        lines = []
+        for line in wrk.stdout:
+            lines.append(line)
+            if line.strip() == STOPPED:
+                wrk.send_signal(signal.SIGINT)
+        if wrk.wait() != 0:
+            raise RuntimeError(f"wrk failed ({wrk.returncode}):\n{''.join(lines)}")
+    out = "".join(lines)
+    if "Non-2xx" in out or "Socket errors" in out:
+        raise RuntimeError(f"{server.name}: errors under load:\n{out}")
+    for line in out.splitlines():
+        words = line.split()
+        if len(words) > 1 and words[1] == "requests" and words[0].isdigit():  # "20000 requests in 2.1s, ..."
+            return int(words[0])
+    raise RuntimeError(f"wrk printed no request count:\n{out}")
+
+
+def cpu_us_per_request(server: Server, payload: Payload, script: Path, connections: int, seconds: int) -> float:
+    pid = server.process.pid
+    before = tree_cpu_seconds(pid)
+    count = answered(server, payload, script, connections, seconds)
+    time.sleep(SETTLE_SECONDS)
+    return (tree_cpu_seconds(pid) - before - SETTLE_SECONDS * idle_cpu(server)) / count * 1e6
+
+
+_idle: dict[int, float] = {}
+
+
+def idle_cpu(server: Server) -> float:
+    """The tree's CPU seconds per second with no load (its timers, the supervisor's checks)."""
+    pid = server.process.pid
+    if pid not in _idle:
+        before = tree_cpu_seconds(pid)
+        time.sleep(2.0)
+        _idle[pid] = (tree_cpu_seconds(pid) - before) / 2.0
+    return _idle[pid]
+
+
+def http_cpu_parser() -> argparse.ArgumentParser:
+    parser = case_parser("http_cpu", __doc__)
+    parser.add_argument(
+        "--checkout", action="append", default=[], metavar="NAME=PATH",
+        help="a tree to serve from (PYTHONPATH=PATH); repeat for an A/B; default: this checkout",
+    )  # fmt: skip
+    parser.add_argument("--body", action="append", choices=sorted(BODIES), help="default: both")
+    parser.add_argument("--requests", type=int, default=20_000, help="answers per run")
+    parser.add_argument("--warmup", type=int, default=3_000, help="answers before each run, not measured")
+    parser.add_argument("--connections", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--max-seconds", type=int, default=120, help="a run's cap, should the server stall")
+    return parser
+
+
+def http_cpu(argv: list[str] | None = None) -> dict[str, dict[str, list[float]]]:
+    """CPU µs per request of each round, by body and checkout."""
+    args = http_cpu_parser().parse_args(argv)
+    checkouts = dict(item.split("=", 1) for item in args.checkout) or {"this": str(ROOT)}
+    bodies = {name: BODIES[name]() for name in args.body or BODIES}
+    found: dict[str, dict[str, list[float]]] = {body: {name: [] for name in checkouts} for body in bodies}
+    program = (sys.executable, "-m", "inferpool")
+    print(f"load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+    with ExitStack() as stack, tempfile.TemporaryDirectory() as scratch:
+        servers = {
+            name: stack.enter_context(
+                launch(inferpool_serve(program=program), name=name, env={"PYTHONPATH": str(Path(path).resolve())})
+            )
+            for name, path in checkouts.items()
+        }
+        scripts = {
+            (body, count): lua_script(payload, count, Path(scratch))
+            for body, payload in bodies.items()
+            for count in (args.warmup, args.requests)
+        }
+        for round_ in range(args.rounds):
+            order = list(servers.items())[:: 1 if round_ % 2 == 0 else -1]
+            for body, payload in bodies.items():
+                for name, server in order:
+                    idle_cpu(server)
+                    run = (server, payload)
+                    answered(*run, scripts[body, args.warmup], args.connections, args.max_seconds)
+                    us = cpu_us_per_request(*run, scripts[body, args.requests], args.connections, args.max_seconds)
+                    found[body][name].append(us)
+                    print(f"round {round_ + 1} {body:8s} {name:10s} {us:7.1f} µs/request", flush=True)
+    print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"server tree CPU µs per request, {args.connections} connections, median (min-max) of {args.rounds} rounds:")
+    for body, rows in found.items():
+        for name, values in rows.items():
+            print(f"  {body:8s} {name:10s} {statistics.median(values):7.1f} ({min(values):.1f}-{max(values):.1f})")
+    return found
