@@ -14,13 +14,17 @@ request much less so. Rounds interleave the checkouts (the order alternating per
 both meet the same machine; each is given as the median of its rounds, beside the load average.
 
 The A/B of two revisions: ``git worktree add /tmp/before REV`` and
-``--checkout before=/tmp/before --checkout after=.``.
+``--checkout before=/tmp/before --checkout after=.``. ``--profile DIR``: the serving processes run
+under cProfile on their thread's CPU clock (loadtest/cprofile_serve.py), and the functions that
+took the most of it are listed per checkout at the end (their split, not their real cost: the
+profiler's own cost per call inflates every figure, the CPU µs per request too).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import pstats
 import signal
 import statistics
 import subprocess
@@ -31,8 +35,9 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from inferpool.harness.payloads import Payload, digits_json, digits_v2_json
-from inferpool.harness.server import Server, inferpool_serve, launch
+from inferpool.harness.server import Command, Server, inferpool_serve, launch
 from loadtest.bench import case_parser
+from loadtest.cprofile_serve import DIRECTORY
 from loadtest.procs import tree_cpu_seconds
 from loadtest.wrk import WRK
 
@@ -122,7 +127,27 @@ def http_cpu_parser() -> argparse.ArgumentParser:
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--max-seconds", type=int, default=120, help="a run's cap, should the server stall")
+    parser.add_argument("--profile", type=Path, metavar="DIR", help="serve under cProfile, its files in DIR/<checkout>")
+    parser.add_argument("--top", type=int, default=40, help="with --profile: the functions listed per checkout")
     return parser
+
+
+def serve_command(profile: Path | None, name: str) -> tuple[Command, dict[str, str]]:
+    """How a checkout is served: ``inferpool serve``, or under cProfile into ``profile/name``."""
+    if profile is None:
+        return inferpool_serve(program=(sys.executable, "-m", "inferpool")), {}
+    program = (sys.executable, "-m", "loadtest.cprofile_serve")
+    return inferpool_serve(program=program), {DIRECTORY: str((profile / name).resolve())}
+
+
+def print_profile(directory: Path, name: str, top: int) -> None:
+    """The ``top`` functions by their own thread CPU, summed over the checkout's serving processes."""
+    files = sorted(map(str, directory.glob("serving-*.prof")))
+    if not files:
+        print(f"{name}: no profile in {directory} (did the serving processes stop cleanly?)")
+        return
+    print(f"\n{name}: own thread CPU by function, {len(files)} serving processes ({directory})")
+    pstats.Stats(*files).sort_stats("tottime").print_stats(top)
 
 
 def http_cpu(argv: list[str] | None = None) -> dict[str, dict[str, list[float]]]:
@@ -131,15 +156,13 @@ def http_cpu(argv: list[str] | None = None) -> dict[str, dict[str, list[float]]]
     checkouts = dict(item.split("=", 1) for item in args.checkout) or {"this": str(ROOT)}
     bodies = {name: BODIES[name]() for name in args.body or BODIES}
     found: dict[str, dict[str, list[float]]] = {body: {name: [] for name in checkouts} for body in bodies}
-    program = (sys.executable, "-m", "inferpool")
     print(f"load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     with ExitStack() as stack, tempfile.TemporaryDirectory() as scratch:
-        servers = {
-            name: stack.enter_context(
-                launch(inferpool_serve(program=program), name=name, env={"PYTHONPATH": str(Path(path).resolve())})
-            )
-            for name, path in checkouts.items()
-        }
+        servers = {}
+        for name, path in checkouts.items():
+            command, env = serve_command(args.profile, name)
+            env["PYTHONPATH"] = str(Path(path).resolve())
+            servers[name] = stack.enter_context(launch(command, name=name, env=env))
         scripts = {
             (body, count): lua_script(payload, count, Path(scratch))
             for body, payload in bodies.items()
@@ -160,4 +183,7 @@ def http_cpu(argv: list[str] | None = None) -> dict[str, dict[str, list[float]]]
     for body, rows in found.items():
         for name, values in rows.items():
             print(f"  {body:8s} {name:10s} {statistics.median(values):7.1f} ({min(values):.1f}-{max(values):.1f})")
+    if args.profile is not None:
+        for name in checkouts:
+            print_profile(args.profile / name, name, args.top)
     return found

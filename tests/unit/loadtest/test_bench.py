@@ -306,3 +306,16 @@ def test_http_cpu_script_sends_the_body_and_stops_after_the_count(tmp_path):
     assert 'wrk.headers["content-type"] = "application/json"' in script
     body = script.split('io.open("', 1)[1].split('"', 1)[0]
     assert Path(body).read_bytes() == payload.body
+
+
+def test_a_profiled_serving_process_writes_its_profile_when_it_returns(tmp_path):
+    import pstats
+
+    from loadtest.cprofile_serve import profiled
+
+    def serve(code: int) -> int:
+        return sum(range(1000)) * 0 + code
+
+    assert profiled(serve, tmp_path)(3) == 3
+    (written,) = tmp_path.glob("serving-*.prof")
+    assert any(name == "serve" for _, _, name in pstats.Stats(str(written)).stats)  # type: ignore[attr-defined]
