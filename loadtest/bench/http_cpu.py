@@ -13,6 +13,12 @@ answers: CPU µs per request. Wall-clock throughput on a shared machine is noise
 request much less so. Rounds interleave the checkouts (the order alternating per round) so that
 both meet the same machine; each is given as the median of its rounds, beside the load average.
 
+``python -m loadtest.bench fronts [--granian DIR]`` measures front ends the same way on
+``/predict``: the bare handler (loadtest/peers/bare_handler.py) under uvicorn's ASGI, under a plain
+asyncio protocol on httptools (loadtest/peers/bare_fronts.py: what InferPool's lane does, with
+nothing of InferPool's around it) and, with ``--granian DIR`` (``pip install --target DIR granian``:
+never into the product's venv), under granian's ASGI and RSGI; InferPool with no flags beside them.
+
 The A/B of two revisions: ``git worktree add /tmp/before REV`` and
 ``--checkout before=/tmp/before --checkout after=.``. ``--profile DIR``: the serving processes run
 under cProfile on their thread's CPU clock (loadtest/cprofile_serve.py), and the functions that
@@ -35,7 +41,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from inferpool.harness.payloads import Payload, digits_json, digits_v2_json
-from inferpool.harness.server import Command, Server, inferpool_serve, launch
+from inferpool.harness.server import Command, Server, inferpool_serve, launch, python_module
 from loadtest.bench import case_parser
 from loadtest.cprofile_serve import DIRECTORY
 from loadtest.procs import tree_cpu_seconds
@@ -148,6 +154,74 @@ def print_profile(directory: Path, name: str, top: int) -> None:
         return
     print(f"\n{name}: own thread CPU by function, {len(files)} serving processes ({directory})")
     pstats.Stats(*files).sort_stats("tottime").print_stats(top)
+
+
+def fronts_parser() -> argparse.ArgumentParser:
+    parser = case_parser("fronts", __doc__)
+    parser.add_argument("--granian", type=Path, metavar="DIR", help="where granian is installed (pip --target)")
+    parser.add_argument("--requests", type=int, default=20_000, help="answers per run")
+    parser.add_argument("--warmup", type=int, default=3_000, help="answers before each run, not measured")
+    parser.add_argument("--connections", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--max-seconds", type=int, default=120, help="a run's cap, should the server stall")
+    return parser
+
+
+def _granian(interface: str, app: str) -> Command:
+    return lambda port: [
+        sys.executable, "-m", "granian", "--interface", interface, "--workers", "2", "--loop", "uvloop",
+        "--no-ws", "--log-level", "warning", "--host", "127.0.0.1", "--port", str(port), app,
+    ]  # fmt: skip
+
+
+GRANIAN_FRONTS = {
+    "granian asgi": _granian("asgi", "loadtest.peers.bare_handler:app"),
+    "granian rsgi": _granian("rsgi", "loadtest.peers.bare_fronts:rsgi_app"),
+}
+
+
+def front_commands(granian: Path | None) -> dict[str, tuple[Command, dict[str, str], str]]:
+    """Each front end: its command, its environment and its readiness path."""
+    from loadtest.peers.bare_handler import ONNX_ENV, export
+
+    bare = {ONNX_ENV: export()}  # the workers load the file; torch only here, once
+    fronts: dict[str, tuple[Command, dict[str, str], str]] = {
+        "uvicorn asgi": (python_module("loadtest.peers.bare_handler"), bare, "/"),
+        "plain protocol": (python_module("loadtest.peers.bare_fronts"), bare, "/"),
+    }
+    if granian is not None:
+        path = os.pathsep.join([str(granian.resolve()), str(ROOT), os.environ.get("PYTHONPATH", "")])
+        fronts |= {name: (command, bare | {"PYTHONPATH": path}, "/") for name, command in GRANIAN_FRONTS.items()}
+    fronts["inferpool"] = (inferpool_serve(program=(sys.executable, "-m", "inferpool")), {}, "/health/ready")
+    return fronts
+
+
+def fronts(argv: list[str] | None = None) -> dict[str, list[float]]:
+    """CPU µs per /predict request of each round, by front end."""
+    args = fronts_parser().parse_args(argv)
+    if args.granian is None:
+        print("granian left out: pip install --target DIR granian, then --granian DIR")
+    payload = digits_json()
+    found: dict[str, list[float]] = {}
+    print(f"load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+    with ExitStack() as stack, tempfile.TemporaryDirectory() as scratch:
+        servers = {
+            name: stack.enter_context(launch(command, name=name, env=env, ready_path=ready))
+            for name, (command, env, ready) in front_commands(args.granian).items()
+        }
+        warmup, measured = (lua_script(payload, count, Path(scratch)) for count in (args.warmup, args.requests))
+        for round_ in range(args.rounds):
+            for name, server in list(servers.items())[:: 1 if round_ % 2 == 0 else -1]:
+                idle_cpu(server)
+                answered(server, payload, warmup, args.connections, args.max_seconds)
+                us = cpu_us_per_request(server, payload, measured, args.connections, args.max_seconds)
+                found.setdefault(name, []).append(us)
+                print(f"round {round_ + 1} {name:15s} {us:7.1f} µs/request", flush=True)
+    print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"/predict, server tree CPU µs per request, {args.connections} connections, median (min-max):")
+    for name, values in found.items():
+        print(f"  {name:15s} {statistics.median(values):7.1f} ({min(values):.1f}-{max(values):.1f})")
+    return found
 
 
 def http_cpu(argv: list[str] | None = None) -> dict[str, dict[str, list[float]]]:

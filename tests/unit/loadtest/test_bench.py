@@ -28,7 +28,7 @@ FAMILIES = {
     "static": {"static"},
     "aoti": {"aoti"},
     "app_cpu": {"app_cpu"},
-    "http_cpu": {"http_cpu"},
+    "http_cpu": {"http_cpu", "fronts"},
     "wire": {"codec", "embeddings"},
     "metrics_cost": {"metrics"},
     "observability": {"door_cost", "observe"},
