@@ -12,9 +12,10 @@ import uvicorn
 from fastapi.testclient import TestClient
 from uvicorn.server import ServerState
 
+from inferpool.harness.transport import MemoryTransport
 from inferpool.service.http.fastpath import InferPoolApp
 from inferpool.service.http.protocol import guarded_protocol
-from tests.integration.service.test_lane import SAMPLE, MemoryTransport, post
+from tests.integration.service.test_lane import SAMPLE, post
 
 TIMEOUT = 0.2
 GET = b"GET /health/live HTTP/1.1\r\nhost: test\r\n\r\n"

@@ -28,6 +28,7 @@ FAMILIES = {
     "static": {"static"},
     "aoti": {"aoti"},
     "app_cpu": {"app_cpu"},
+    "lane_cpu": {"lane_cpu"},
     "http_cpu": {"http_cpu", "fronts"},
     "wire": {"codec", "embeddings"},
     "metrics_cost": {"metrics"},
@@ -195,10 +196,23 @@ def test_app_cpu(capsys):
     assert capsys.readouterr().out.startswith("/predict: CPU per request min")
 
 
+@pytest.mark.parametrize("stub", [[], ["--stub", "engine"], ["--stub", "door"]])
+def test_lane_cpu_answers_every_request_through_the_protocol(stub, capsys):
+    found = bench.runner("lane_cpu")(["--connections", "4", "--wakeups", "5", "--repeats", "2", *stub])
+    assert isinstance(found, list)
+    assert len(found) == 2
+    assert 0 < found[0] <= found[1]
+    assert capsys.readouterr().out.startswith("v2-json, 4 connections")
+    from inferpool.engine.serving.served import ServedModel
+    from inferpool.service.frontdoor import FrontDoor
+
+    assert ServedModel.infer_inline.__name__ == FrontDoor.infer_inline.__name__ == "infer_inline"  # as they were
+
+
 def test_app_cpu_and_engine_request_also_run_as_files_against_a_checkout():
     """``PYTHONPATH=CHECKOUT python loadtest/bench/app_cpu.py``: nothing of loadtest is imported at
     the top, so the file runs on whichever tree's inferpool comes first."""
-    for name in ("app_cpu", "engine_request"):
+    for name in ("app_cpu", "lane_cpu", "engine_request"):
         source = (REPO / "loadtest/bench" / f"{name}.py").read_text()
         assert "\nfrom loadtest" not in source
         assert "\nimport loadtest" not in source
