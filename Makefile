@@ -7,6 +7,9 @@ PROMTOOL := $(BIN)/promtool
 PROMETHEUS := $(BIN)/prometheus
 # The KServe SDK pins its own FastAPI/httpx stack: it gets a venv of its own for the v2 client test.
 KSERVE_PYTHON := .venv-kserve/bin/python
+# Triton Inference Server 2.51 (the nvidia-pytriton wheel: tritonserver and its Python backend), the
+# anchor of loadtest.compare's digits table: a venv of its own, since its backend's stub needs numpy<2.
+TRITON_PYTHON := .venv-triton/bin/python
 
 .PHONY: serve test test-unit test-integration test-e2e test-image check bench proto clean
 
@@ -38,8 +41,14 @@ $(KSERVE_PYTHON):
 	python3 -m venv .venv-kserve
 	.venv-kserve/bin/python -m pip install --quiet 'kserve>=0.15,<1'
 
+## Triton's venv for `python -m loadtest.compare` (its Triton row) and tests/e2e/loadtest/test_triton_peer.py.
+$(TRITON_PYTHON):
+	python3 -m venv .venv-triton
+	.venv-triton/bin/python -m pip install --quiet 'nvidia-pytriton==0.7.0' 'numpy<2' 'onnxruntime>=1.31'
+.venv-triton: $(TRITON_PYTHON)
+
 ## Run the whole test suite: tests/unit, tests/integration, then tests/e2e (see README.md).
-test: $(STAMP) $(PROMTOOL) $(PROMETHEUS) $(KSERVE_PYTHON)
+test: $(STAMP) $(PROMTOOL) $(PROMETHEUS) $(KSERVE_PYTHON) $(TRITON_PYTHON)
 	$(BIN)/pytest
 
 ## No server, no app: functions, engine objects, codec, settings, CLI parsing (a few minutes).
@@ -51,7 +60,7 @@ test-integration: $(STAMP)
 	$(BIN)/pytest tests/integration
 
 ## Real server subprocesses, the Dockerfile replay, CLI commands as processes (10-15 minutes).
-test-e2e: $(STAMP) $(PROMTOOL) $(PROMETHEUS) $(KSERVE_PYTHON)
+test-e2e: $(STAMP) $(PROMTOOL) $(PROMETHEUS) $(KSERVE_PYTHON) $(TRITON_PYTHON)
 	$(BIN)/pytest tests/e2e
 
 ## The image for real: a Docker engine (installed and started when missing), a local base image
@@ -79,4 +88,4 @@ proto: $(STAMP)
 	$(BIN)/python -m grpc_tools.protoc -I . --python_out=. --pyi_out=. inferpool/service/grpc/inference.proto
 
 clean:
-	rm -rf $(VENV) .venv-kserve .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) .venv-kserve .venv-triton .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic_settings import TomlConfigSettingsSource
 
-from inferpool.engine.models.source_kinds import ARCHIVE_SUFFIXES
+from inferpool.engine.models.source_kinds import is_path
 
 # Top-level settings that are always paths, and those inside [runtime] (top level and per model).
 PATH_SETTINGS = ("app_dir", "model_repository", "metrics_dir", "payload_log")
@@ -30,8 +30,8 @@ def _resolved(value: Any, folder: Path) -> Any:
 
 
 def _source(value: Any, folder: Path) -> Any:
-    """A model source is a path only when it names an archive; an import string stays as written."""
-    return _resolved(value, folder) if isinstance(value, str) and Path(value).suffix in ARCHIVE_SUFFIXES else value
+    """A model source is a path when it names an archive or a folder; an import string stays as written."""
+    return _resolved(value, folder) if isinstance(value, str) and is_path(value) else value
 
 
 def _runtime(table: Any, folder: Path) -> Any:

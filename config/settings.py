@@ -26,12 +26,13 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from inferpool.config import traffic
 from inferpool.config.grpc import GRPC_SERVER_NAMES, check_grpc_server
 from inferpool.config.observability import check_payload_sink, check_tracing
 from inferpool.config.paths import ConfigFileSource
 from inferpool.engine import BACKENDS, DEFAULT_MODEL, RuntimeOptions
 from inferpool.engine.backends import backend_names
-from inferpool.engine.models.source_kinds import ARCHIVE_SUFFIXES
+from inferpool.engine.models.source_kinds import ARCHIVE_SUFFIXES, kind_of
 
 DEFAULT_CONFIG_FILE = Path(__file__).with_name("default.toml")
 AUTH_EXEMPT = ("/health/live", "/health/ready", "/metrics", "/v2/health/live", "/v2/health/ready")
@@ -42,10 +43,11 @@ def check_source(value: str) -> str:
     if Path(value).suffix in ARCHIVE_SUFFIXES:
         if not Path(value).is_file():
             raise ValueError(f"model archive {value!r} does not exist; give the path of an existing archive file")
-    elif ":" not in value:
+    elif kind_of(value) == "folder" and not Path(value).is_dir():
         raise ValueError(
-            f"model {value!r} must be 'package.module:function' or a path ending in .pt2 "
-            "(or .ts for a legacy TorchScript archive, .onnx for an ONNX model)"
+            f"model {value!r} must be 'package.module:function', a path ending in .pt2 "
+            "(or .ts for a legacy TorchScript archive, .onnx for an ONNX model), or an existing Hugging Face "
+            "model folder"
         )
     return value
 
@@ -78,7 +80,8 @@ class ModelEntry(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     source: Annotated[str, AfterValidator(check_source)] = Field(
-        description="A factory 'package.module:function' or a torch.export archive 'path/model.pt2'."
+        description="A factory 'package.module:function', a torch.export archive 'path/model.pt2', or a "
+        "Hugging Face encoder folder 'path/folder' (embedder, cross-encoder or classifier; docs/models.md)."
     )
     name: str | None = Field(
         None, description="Name in URLs (/predict/{name}, /v2/models/{name}); default: the model's own."
@@ -102,7 +105,8 @@ class Settings(BaseSettings):
     model: str = Field(
         DEFAULT_MODEL,
         description="What to serve: a factory 'package.module:function' returning inferpool.engine.ModelSpec, "
-        "or a torch.export archive 'path/model.pt2'. The default is the built-in digits CNN.",
+        "a torch.export archive 'path/model.pt2', or a Hugging Face encoder folder 'path/folder' (served with "
+        "its own handler; docs/models.md). The default is the built-in digits CNN.",
     )
     handler: Annotated[str, AfterValidator(check_handler)] | None = Field(None, description=HANDLER_HELP)
     app_dir: Path = Field(
@@ -142,6 +146,10 @@ class Settings(BaseSettings):
         gt=0,
         description="Largest request body accepted (413 above it), checked before the body is buffered.",
     )
+    response_cache_mb: traffic.ResponseCacheMb = 0  # these four: config/traffic.py
+    response_cache_models: traffic.ResponseCacheModels = None
+    priority_levels: traffic.PriorityLevels = 1
+    default_priority: traffic.DefaultPriority = 1
     switch_interval: float = Field(
         0.0005,
         gt=0,
@@ -321,6 +329,7 @@ class Settings(BaseSettings):
     _model_source = field_validator("model")(check_source)
     _known_backend = field_validator("runtime")(check_backend)
     _known_grpc_server = field_validator("grpc_server")(check_grpc_server)
+    _priority_levels = model_validator(mode="after")(traffic.check_priorities)
 
     @classmethod
     def settings_customise_sources(

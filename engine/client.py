@@ -26,6 +26,7 @@ from inferpool.engine.models.text_api import (
     Token,
 )
 from inferpool.engine.schema import Array, Schema, TensorSpec
+from inferpool.engine.serving.priorities import room
 from inferpool.engine.serving.requests import Prediction, request_id
 
 NOT_BLANK = r"[^\t-\r\u001c-\u0020\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
@@ -58,6 +59,7 @@ __all__ = [
     "Token",
     "TokenIds",
     "request_id",
+    "room",
 ]
 
 
@@ -168,9 +170,12 @@ class EngineClient(Protocol):
     """Whether its requests run on the event loop thread itself: then ``infer_inline`` answers
     one without a coroutine (read on every request, so a plain attribute)."""
 
-    async def infer(self, inputs: object, deadline: float | None = None, request_id: str | None = None) -> Prediction:
+    async def infer(
+        self, inputs: object, deadline: float | None = None, request_id: str | None = None, level: int = 0
+    ) -> Prediction:
         """Run one request: ``inputs`` as decoded (JSON value or named arrays), ``deadline`` an
-        absolute ``time.monotonic()`` (None: none), ``request_id`` for the engine's logs."""
+        absolute ``time.monotonic()`` (None: none), ``request_id`` for the engine's logs, ``level``
+        its priority (1 the highest; 0 none: inferpool.engine.serving.priorities)."""
         ...
 
     def infer_inline(self, inputs: object, deadline: float | None = None, request_id: str | None = None) -> Prediction:

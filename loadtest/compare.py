@@ -4,6 +4,7 @@
                                [--duration 6 --warmup 2] [--concurrency 1,8,64] [--pin]
                                [--generator python|wrk] [--rounds N]
                                [--only NAME,...] [--litserve-python /tmp/venv-litserve/bin/python]
+                               [--triton-python .venv-triton/bin/python]
                                [--out DIR]
 
 With ``--workload`` other than digits, the variants are those of ``loadtest.workloads``: InferPool
@@ -23,13 +24,16 @@ onnxruntime inline, 2 processes; when it ran, a second table gives every variant
 it: ``--only "InferPool defaults,limit" --generator wrk`` is issue 32's ratio); the FastAPI
 baseline (``loadtest.peers.fastapi_baseline``); LitServe 1 and 2 workers, batching off and 8
 (``loadtest.peers.litserve_digits``) when ``--litserve-python`` points at a venv that has
-``litserve`` and torch (create it as that file's docstring says). Variants start one at a time
+``litserve`` and torch (create it as that file's docstring says); Triton 2.51 on the v2 JSON body
+beside InferPool's no-flag server on the same body, when ``--triton-python`` exists (``make
+.venv-triton``; ``loadtest.compare_triton``), with InferPool's ratios to it. Variants start one at a time
 (never two servers at once); ``--rounds N`` repeats the list N times, alternating its order, and
 each table cell shows the round with the best throughput (``--pick median`` for the median);
 ``all_runs.json`` keeps every round, and ``--tables-from all_runs.json`` redraws from it.
 
 Reported per concurrency: achieved req/s, p50/p99 ms; per variant: the largest RSS of the whole
-server process tree seen after each run (sum of VmRSS, /proc), the server's CPU (cores) and the
+server process tree seen after each run (sum of VmRSS, /proc), its PSS after the sweep (shared
+pages divided among their sharers: what the tree holds), the server's CPU (cores) and the
 generator's own CPU. Without ``--pin`` the generator and the server share both cores (the
 generator's CPU is then load the server does not get); with ``--pin`` the server is confined to
 CPU 1 (``taskset``) and the generator to CPU 0. Prints a Markdown table; writes ``runs.json``,
@@ -52,6 +56,8 @@ from inferpool.engine import BACKENDS
 from inferpool.harness.payloads import PAYLOADS
 from inferpool.harness.server import REPO_ROOT, Command, inferpool_serve, launch
 from loadtest import openloop, wrk
+from loadtest.compare_triton import TRITON_PYTHON, V2_DEFAULTS, against_triton, triton_variant
+from loadtest.procs import tree_pss_bytes
 from loadtest.workloads import WORKLOADS, Variant, limits, variants_for
 
 LIMIT = "bare handler limit, 2 processes"
@@ -59,7 +65,7 @@ DEFAULTS = "InferPool defaults"
 SEEN = ("eager", "onnxruntime")  # backends with their own variants above; newer ones get one each
 
 
-def variants(litserve_python: str | None) -> list[Variant]:
+def variants(litserve_python: str | None, triton_python: str | None = None) -> list[Variant]:
     ip = inferpool_serve
 
     def baseline(workers: int) -> Command:
@@ -68,6 +74,7 @@ def variants(litserve_python: str | None) -> list[Variant]:
 
     found = [
         Variant("InferPool defaults", ip()),
+        Variant(V2_DEFAULTS, ip(), payload="digits-v2-json"),
         Variant("InferPool 1 process", ip("--workers", "1")),
         # The defaults before issue 14: eager on worker threads.
         Variant("InferPool eager", ip("--runtime.backend", "eager", "--runtime.dispatch", "threads")),
@@ -111,6 +118,8 @@ def variants(litserve_python: str | None) -> list[Variant]:
                     f" batch{batch}" if batch > 1 else ""
                 )
                 found.append(Variant(name, litserve(workers, batch), ready_path="/health"))
+    if triton_python and Path(triton_python).exists():
+        found.append(triton_variant(triton_python))
     return found
 
 
@@ -140,7 +149,8 @@ def run_variant(
                       flush=True)  # fmt: skip
         finally:
             os.sched_setaffinity(0, previous)
-    return runs
+        pss_mb = round(tree_pss_bytes(server.process.pid) / 2**20, 1)
+    return [{**run, "server_pss_mb": pss_mb} for run in runs]
 
 
 def pick_runs(runs: list[dict[str, Any]], pick: str = "best") -> list[dict[str, Any]]:
@@ -161,8 +171,8 @@ def pick_runs(runs: list[dict[str, Any]], pick: str = "best") -> list[dict[str, 
 
 def table(runs: list[dict[str, Any]], concurrency: list[int]) -> str:
     head = "| server | " + " | ".join(f"c={c} req/s | c={c} p50 / p99 ms" for c in concurrency)
-    head += " | RSS MB (tree) | server CPU cores | server CPU ms/req | generator CPU cores |"
-    rows = [head, "|" + "---|" * (1 + 2 * len(concurrency) + 4)]
+    head += " | RSS MB (tree) | PSS MB (tree) | server CPU cores | server CPU ms/req | generator CPU cores |"
+    rows = [head, "|" + "---|" * (1 + 2 * len(concurrency) + 5)]
     by_name: dict[str, dict[int, dict[str, Any]]] = {}
     for run in runs:
         by_name.setdefault(run["label"], {})[run["concurrency"]] = run
@@ -179,6 +189,7 @@ def table(runs: list[dict[str, Any]], concurrency: list[int]) -> str:
             shown = f"{rps:,.0f}" if rps >= 100 else f"{rps:.1f}"
             cells += [shown + (f" ({bad} err)" if bad else ""), f"{lat['p50']} / {lat['p99']}"]
         cells.append(f"{max(r['server_rss_mb'] for r in group.values()):,.0f}")
+        cells.append(f"{max(r.get('server_pss_mb', 0) for r in group.values()):,.0f}")  # 0: runs from before it
         cells.append(" / ".join(f"{group[c]['server_cpu_cores']:.2f}" for c in concurrency if c in group))
         cells.append(
             " / ".join(
@@ -279,6 +290,7 @@ def main() -> None:
     parser.add_argument("--pin", action="store_true", help="server on CPU 1, generator on CPU 0")
     parser.add_argument("--only", default="", help="comma-separated variant names (substring match)")
     parser.add_argument("--litserve-python", default="/tmp/venv-litserve/bin/python")
+    parser.add_argument("--triton-python", default=str(TRITON_PYTHON), help="the Triton venv's (make .venv-triton)")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--rounds", type=int, default=1, help="repeat every variant, alternating the order")
     parser.add_argument("--pick", choices=("best", "median"), default="best", help="which round a table cell shows")
@@ -300,7 +312,8 @@ def main() -> None:
     if args.tables_from:  # tables and plots again from an earlier run's every round
         runs = json.loads(args.tables_from.read_text())
         concurrency = sorted({run["concurrency"] for run in runs})
-    chosen = variants(args.litserve_python) if args.workload == "digits" else variants_for(args.workload)
+    digits = args.workload == "digits"
+    chosen = variants(args.litserve_python, args.triton_python) if digits else variants_for(args.workload)
     if args.tables_from:
         limit = json.loads((args.tables_from.parent / "limit.json").read_text())
     else:  # in this process, before any server: the bare engine's own rate is the physical limit
@@ -335,6 +348,8 @@ def main() -> None:
     against = against_limit(picked, concurrency)
     if against:
         text += "\n\n" + against
+    if triton := against_triton(picked):
+        text += "\n\n" + triton
     (out / "table.md").write_text(text + "\n")
     print(text)
     print(json.dumps({"results": str(out)}))

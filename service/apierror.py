@@ -1,7 +1,8 @@
 """The service's own request errors (the engine has its own kinds in inferpool.engine.errors), and the
-JSON every error answer carries: ``{"error": "..."}``, or under ``/v1/`` (OpenAI's API) that API's
-``{"error": {"message", "type", "param", "code"}}``; with the raw HTTP writer for the answers no
-ASGI app sends.
+JSON every error answer carries: ``{"error": "..."}``, or on another API's route that API's own shape
+(``ERROR_SHAPES``: OpenAI's and Infinity's ``{"error": {"message", "type", "param", "code"}}`` under
+``/v1/`` and on ``/classify``, TEI's ``{"error", "error_type"}``, Cohere's ``{"message"}``); with the
+raw HTTP writer for the answers no ASGI app sends.
 
 Light on purpose (no FastAPI, no metrics): the connection guard (service/http/protocol.py) is
 imported before prometheus-client may be (cli/serve.py).
@@ -9,6 +10,7 @@ imported before prometheus-client may be (cli/serve.py).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any
 
@@ -43,6 +45,40 @@ def openai_error_body(status: int, message: str, reason: str | None = None, para
     return orjson.dumps({"error": {"message": message, "type": kind, "param": param, "code": code}})
 
 
+def tei_error_body(status: int, message: str, reason: str | None = None, param: str | None = None) -> bytes:
+    """Text Embeddings Inference's error object: the message and TEI's kind of error."""
+    return orjson.dumps(
+        {"error": message, "error_type": _TEI_TYPES.get(status, "Validation" if status < 500 else "Backend")}
+    )
+
+
+def cohere_error_body(status: int, message: str, reason: str | None = None, param: str | None = None) -> bytes:
+    """Cohere's error object (its clients raise by status and keep the body)."""
+    return orjson.dumps({"message": message})
+
+
+# TEI's kinds by status; every other 4xx is "Validation", every other 5xx "Backend".
+_TEI_TYPES = {503: "Overloaded", 504: "Backend"}
+ErrorShape = Callable[[int, str, str | None, str | None], bytes]
+"""(status, message, reason, param) -> an error answer's body in one API's shape."""
+ERROR_SHAPES: dict[str, ErrorShape] = {
+    "/embed": tei_error_body,
+    "/rerank": tei_error_body,
+    "/tokenize": tei_error_body,
+    "/v2/rerank": cohere_error_body,
+    "/classify": openai_error_body,  # Infinity's errors are OpenAI's objects (as under /v1/)
+}
+"""The routes of another API answering errors in its shape, by exact path (and OPENAI_PREFIX's)."""
+
+
+def error_shape(path: str) -> ErrorShape | None:
+    """The API shape of ``path``'s error answers; None: the service's own."""
+    shape = ERROR_SHAPES.get(path)
+    if shape is None and path.startswith(OPENAI_PREFIX):
+        return openai_error_body
+    return shape
+
+
 def error_body_for(
     path: str,
     status: int,
@@ -53,8 +89,9 @@ def error_body_for(
     param: str | None = None,
 ) -> bytes:
     """An error answer's body in the shape of the API ``path`` belongs to."""
-    if path.startswith(OPENAI_PREFIX):
-        return openai_error_body(status, message, reason, param)
+    shape = error_shape(path)
+    if shape is not None:
+        return shape(status, message, reason, param)
     return error_body(message, input=input)
 
 

@@ -22,7 +22,8 @@ from inferpool.service.http.fastpath import InferPoolApp
 from inferpool.service.http.lane import Lane, lane_routes
 from inferpool.service.http.middleware import RequestContext
 from inferpool.service.http.openapi import model_aware_openapi
-from inferpool.service.http.routes import health, openai, predict, repository, v2
+from inferpool.service.http.routes import health, openai, predict, repository, text, v2
+from inferpool.service.http.text_route import TextRoute
 from inferpool.service.http.warmup import uncounted_door, warm_on
 from inferpool.service.processes.supervisor_channel import announce_after
 from inferpool.service.telemetry.metrics import Metrics
@@ -121,9 +122,10 @@ def create_app(settings: Settings, host: ModelHost | None = None) -> FastAPI:
         predict.predict: answer_predict,
         predict.predict_named: answer_predict,
         v2.infer: answer_infer,
-        openai.embeddings: openai.Embeddings(door),
+        openai.embeddings: TextRoute(door, openai.EMBEDDINGS),
+        **text.raw_handlers(door),
     }
-    app.state.hot_routers = [predict.router, v2.router, openai.router]
+    app.state.hot_routers = [predict.router, v2.router, openai.router, text.router]
     if observer is None:
         key = settings.api_key
         auth = None if key is None else ApiKey(key.get_secret_value(), settings.auth_exempt)
@@ -133,6 +135,7 @@ def create_app(settings: Settings, host: ModelHost | None = None) -> FastAPI:
     app.include_router(health.router)
     app.include_router(v2.router)
     app.include_router(openai.router)
+    app.include_router(text.router)
     app.include_router(repository.router)
     install_error_handlers(app, metrics)
     if settings.api_key is not None:
@@ -141,7 +144,7 @@ def create_app(settings: Settings, host: ModelHost | None = None) -> FastAPI:
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"])
     app.state.activity = activity
-    metrics.watch_door(lambda: (activity.active, activity.limit))
+    metrics.watch_door(lambda: (activity.active, activity.limit, door.cache_bytes))
     app.add_middleware(RequestContext, metrics=metrics, activity=activity, observer=observer)
     app.openapi = model_aware_openapi(  # type: ignore[method-assign]
         app,

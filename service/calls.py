@@ -28,9 +28,11 @@ from typing import Generic, TypeVar
 
 from inferpool.engine.client import request_id
 from inferpool.engine.errors import Overloaded
+from inferpool.service.asked import NOTHING, Asked, asked
 from inferpool.service.frontdoor import Activity, echoable_request_id, shed_message
 from inferpool.service.telemetry.logs import model_served
 from inferpool.service.telemetry.metrics import Inference, Metrics
+from inferpool.service.telemetry.traffic import SHED
 
 CLIENT_CLOSED = 499  # as nginx logs a request whose client left before it was answered
 # Where a call stands at the door: each step is taken once, in this order (some skipped).
@@ -64,12 +66,14 @@ class Call(Generic[S]):
         answer was complete: it is counted under ``LEFT``, whatever status it was to have."""
         self._door = NEW
 
-    def admit(self) -> None:
-        """Counted in at once, or Overloaded (counted as a load shed) when the door is full: for
-        calls that arrive whole (gRPC's)."""
-        limit = self.activity.full()
+    def admit(self, level: int = 0) -> None:
+        """Counted in at once, or Overloaded (counted as a load shed) when the door is full for
+        its priority ``level`` (0: one level): for calls that arrive whole (gRPC's)."""
+        limit = self.activity.full(level)
         if limit is not None:
             self.metrics.observe_error("load_shed")
+            if level:
+                self.metrics.traffic.prioritised(level, SHED)
             raise Overloaded(shed_message(limit))
         self.enter()
 
@@ -105,11 +109,13 @@ class Call(Generic[S]):
         rid = self.rid = (None if given is None else echoable_request_id(given)) or next(ids)
         return rid
 
-    def begin(self) -> None:
+    def begin(self, what: Asked = NOTHING) -> None:
         """Its logs carry its request id from here on, and no model's labels until its model is
-        found (the front door's ``resolve``, the host's ``get`` set them)."""
+        found (the front door's ``resolve``, the host's ``get`` set them); the front door reads
+        ``what`` its caller asked (service/asked.py)."""
         request_id.set(self.rid)
         model_served.set(None)
+        asked.set(what)
 
     def finish(self, status: S) -> None:
         """It is over with ``status`` (``LEFT`` instead if its caller left): counted out if it

@@ -18,10 +18,15 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
-from inferpool.engine.client import EngineClient, Prediction
-from inferpool.engine.errors import DeadlineBelowFloor
+from inferpool.engine.client import EngineClient, Prediction, room
+from inferpool.engine.errors import DeadlineBelowFloor, Overloaded
+from inferpool.service.asked import asked
+from inferpool.service.priorities import Priorities
+from inferpool.service.request_digest import request_digest
+from inferpool.service.response_cache import Key, ResponseCache
 from inferpool.service.telemetry.logs import model_served
 from inferpool.service.telemetry.metrics import Inference, Labels, Metrics
+from inferpool.service.telemetry.traffic import ANSWERED, HIT, MISS, SHED
 from inferpool.service.timing import below_floor, deadline
 from inferpool.service.v2.codec import VERSION, metadata
 from inferpool.service.v2.datatypes import TensorMeta
@@ -52,6 +57,8 @@ class Activity:
         """Draining: every answer says ``Connection: close``, so that a keep-alive client's
         next request goes to a new connection (another replica) instead of meeting a socket
         this process closes under it."""
+        self.priorities = Priorities()
+        """Request priority levels: a lower level is shed with less inside (``full``)."""
 
     def admit(self, capacity: int) -> None:
         """A model is ready: it holds ``capacity`` requests (runtimes + its queue).
@@ -65,11 +72,20 @@ class Activity:
         ``max_queue`` for such fleets)."""
         self.limit = (self.limit or 0) + capacity
 
-    def full(self) -> int | None:
-        """The door's limit when the process holds that many requests already (the caller
-        sheds the new one), else None: the one check both front ends make."""
+    def full(self, level: int = 0) -> int | None:
+        """The door's limit for a request of priority ``level`` when the process holds that many
+        requests already (the caller sheds the new one), else None: the one check both front
+        ends make. The lowest level is shed first (inferpool.engine.serving.priorities.room)."""
         limit = self.limit
+        if limit is not None and level > 1:
+            limit = room(limit, level, self.priorities.levels)
         return limit if limit is not None and self.active >= limit else None
+
+    def level_of(self, header: bytes | None) -> int:
+        """The level ``full`` takes for a request whose X-Request-Priority header is ``header``: 0
+        with one level; a bad one counts as the default here (the front door answers it 400)."""
+        priorities = self.priorities
+        return priorities.lenient(header) if priorities.on else 0
 
 
 def shed_message(limit: int) -> str:
@@ -87,6 +103,8 @@ class Served:
     """As v2 metadata and answers give it ("1" for the config's models)."""
     labels: Labels
     """(name, version label) of its log lines and series ("" for the config's models)."""
+    cached: bool = False
+    """Whether the door's response cache holds its answers (service/response_cache.py)."""
     _expected: dict[str, TensorMeta] | None = None
 
     def expected(self) -> dict[str, TensorMeta]:
@@ -101,6 +119,9 @@ class Served:
 
 Encoder = Callable[[Served, Mapping[str, Any], C], T]
 """An entry point's encoding of a model's outputs (with what it decoded, ``C``)."""
+Looked = tuple[int, Key | None, Any]
+"""A request's priority level, its response cache key (None: not looked up) and the answer the
+cache holds for it (None: a miss, or not looked up): ``FrontDoor.look``'s."""
 
 
 class ModelReadiness(NamedTuple):
@@ -115,16 +136,27 @@ class FrontDoor:
         self.host = host
         self.metrics = metrics
         self.activity = activity
-        self.timeout_ms = host.settings.request_timeout_ms
+        settings = host.settings
+        self.timeout_ms = settings.request_timeout_ms
+        self.priorities = Priorities(settings.priority_levels, settings.default_priority)
+        activity.priorities = self.priorities
+        self.cache = ResponseCache.of_megabytes(settings.response_cache_mb)
+        self._cached_models = settings.response_cache_models
         self._served: dict[EngineClient, Served] = {}
 
     def add(self, model: EngineClient) -> Served:
         """``model`` serves (the host's ``on_ready``): its record; the host's plan gives its version."""
         host = self.host
+        names = self._cached_models
+        cached = self.cache is not None and (names is None or model.name in names)
         served = self._served[model] = Served(
-            model, model.name, host.version_of(model), (model.name, host.version_label(model))
+            model, model.name, host.version_of(model), (model.name, host.version_label(model)), cached
         )
         return served
+
+    @property
+    def cache_bytes(self) -> int:
+        return 0 if self.cache is None else self.cache.bytes
 
     def of(self, model: EngineClient) -> Served:
         return self._served.get(model) or self.add(model)
@@ -169,30 +201,70 @@ class FrontDoor:
     async def infer(
         self, served: Served, inputs: object, encode: Encoder[C, T], decoded: C, *, received: float, parsed: float,
         rid: str | None, timeout: bytes | None = None, timeout_ms: float | None = None, remaining: float | None = None,
+        priority: object = None, looked: Looked | None = None,
     ) -> tuple[T, Inference]:  # fmt: skip
         """Run the request and encode its answer: ``timeout`` is the X-Request-Timeout-Ms header,
-        ``timeout_ms`` the v2 parameter, ``remaining`` a gRPC caller's own deadline (seconds);
-        ``received``/``parsed`` when the body began to arrive and when it was decoded."""
+        ``timeout_ms`` and ``priority`` the v2 parameters, ``remaining`` a gRPC caller's own
+        deadline (seconds); ``received``/``parsed`` when the body began to arrive and when it was
+        decoded. A repeated request is answered from the response cache, when it is on;
+        ``looked``: what ``look`` found already, for a caller that looked before it made a task."""
+        level, key, found = looked or self.look(served, inputs, encode, decoded, priority)
+        if found is not None:
+            return found, self.hit(served, received, parsed)
         when, field = self._deadline(served, timeout, timeout_ms, remaining)
         try:
-            prediction = await served.model.infer(inputs, when, rid)
+            prediction = await served.model.infer(inputs, when, rid, level)
         except DeadlineBelowFloor as exc:  # a request of more samples than one: its floor, once counted
             raise below_floor(exc, field) from None
-        return self._answered(served, prediction, encode, decoded, received, parsed)
+        except Overloaded:
+            self._shed(level)
+            raise
+        return self._answered(served, prediction, encode, decoded, received, parsed, level, key)
 
     def infer_inline(
         self, served: Served, inputs: object, encode: Encoder[C, T], decoded: C, *, received: float, parsed: float,
         rid: str | None, timeout: bytes | None = None, timeout_ms: float | None = None, remaining: float | None = None,
+        priority: object = None,
     ) -> tuple[T, Inference]:  # fmt: skip
         """``infer`` for a model whose requests run inline (``served.model.inline``), without a
         coroutine: the HTTP lane answers such requests from the parser's callbacks, the native
         gRPC front end from its batch of calls."""
+        level, key, found = self.look(served, inputs, encode, decoded, priority)
+        if found is not None:
+            return found, self.hit(served, received, parsed)
         when, field = self._deadline(served, timeout, timeout_ms, remaining)
         try:
             prediction = served.model.infer_inline(inputs, when, rid)
         except DeadlineBelowFloor as exc:
             raise below_floor(exc, field) from None
-        return self._answered(served, prediction, encode, decoded, received, parsed)
+        return self._answered(served, prediction, encode, decoded, received, parsed, level, key)
+
+    def look(self, served: Served, inputs: object, encode: Encoder[C, T], decoded: C, priority: object) -> Looked:
+        """What the door decides before the engine: the request's level (a 400 for a bad one)
+        and whether the response cache answers it (``Looked``)."""
+        what = asked.get()
+        level = self.priorities.level(priority, what.priority) if self.priorities.on else 0
+        cache = self.cache
+        if cache is None or not served.cached or what.no_cache:
+            return level, None, None
+        digest = request_digest(inputs, decoded)
+        if digest is None:
+            return level, None, None
+        key = (served, encode, digest)
+        found = cache.get(key)
+        self.metrics.traffic.cached(served.name, MISS if found is None else HIT)
+        if found is not None and level:
+            self.metrics.traffic.prioritised(level, ANSWERED, 0.0)
+        return level, key, found
+
+    def hit(self, served: Served, received: float, parsed: float) -> Inference:
+        """A cached answer's phases: its decoding only (no queue, no model, no encoding)."""
+        marks = (received, parsed, time.perf_counter(), time.monotonic())  # a trace's empty queue and model spans
+        return Inference(served.name, parsed - received, 0.0, 0.0, 0.0, 0, 0.0, marks, served.labels[1])
+
+    def _shed(self, level: int) -> None:
+        if level:
+            self.metrics.traffic.prioritised(level, SHED)
 
     def _deadline(
         self, served: Served, timeout: bytes | None, timeout_ms: float | None, remaining: float | None
@@ -206,11 +278,16 @@ class FrontDoor:
         return when, field
 
     def _answered(
-        self, served: Served, prediction: Prediction, encode: Encoder[C, T], decoded: C, received: float, parsed: float
-    ) -> tuple[T, Inference]:
+        self, served: Served, prediction: Prediction, encode: Encoder[C, T], decoded: C, received: float, parsed: float,
+        level: int, key: Key | None,
+    ) -> tuple[T, Inference]:  # fmt: skip
         encoding = time.perf_counter()
         body = encode(served, prediction.outputs, decoded)
         encoded = time.perf_counter()
+        if key is not None and self.cache is not None:
+            self.cache.put(key, body)
+        if level:
+            self.metrics.traffic.prioritised(level, ANSWERED, encoded - received)
         inference = Inference(
             served.name,
             parsed - received + prediction.validate_seconds,

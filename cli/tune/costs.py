@@ -20,7 +20,7 @@ import torch
 from inferpool.engine import BACKENDS, InferenceModule, RuntimeOptions, load_model
 from inferpool.engine.backends.autoselect import choose
 from inferpool.engine.backends.base import Runtime
-from inferpool.engine.models.handlers import load_handler
+from inferpool.engine.models.handlers import Handler, load_handler
 from inferpool.engine.plan.gil_probe import measure_gil_hold
 from inferpool.engine.schema import Array
 
@@ -92,19 +92,21 @@ class CostMeter:
     prepared, so that batch sizes can be timed round-robin across backends."""
 
     def __init__(self, source: str, options: RuntimeOptions, handler: str | None, request: object, cpus: int) -> None:
-        self.module = InferenceModule.from_spec(load_model(source))
+        model = load_model(source)
+        self.module = InferenceModule.from_spec(model)
         self.options = replace(options, warmup_iters=max(2, options.warmup_iters), num_runtimes=1)
         self.batched = all(spec.batched for spec in self.module.schema.inputs + self.module.schema.outputs)
-        self.one = self._one_request(handler, request)
+        self.one = self._one_request(load_handler(handler) if handler else model.handler, request)
         self.costs = Costs(cpus, self.batched)
         self.runtimes: dict[tuple[str, int], Runtime] = {}
 
-    def _one_request(self, handler: str | None, request: object) -> dict[str, Array]:
+    def _one_request(self, handler: Handler | None, request: object) -> dict[str, Array]:
         """The inputs of one request as the model gets them: through the handler when there is
-        one (text becomes token ids of its real length), else the model's example inputs."""
+        one (the config's, or a folder's own: text becomes token ids of its real length), else
+        the model's example inputs."""
         if handler is None or request is None:
             return dict(self.module.example_inputs)
-        arrays, _ = load_handler(handler).preprocess(request)
+        arrays, _ = handler.preprocess(request)
         return {name: np.ascontiguousarray(array) for name, array in arrays.items()}
 
     def inputs(self, batch: int) -> dict[str, Array]:

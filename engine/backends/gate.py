@@ -6,7 +6,10 @@ top-1 agreement, the share of items whose label (argmax) is fp32's, with the lar
 probability reported beside it; any other float output (an embedding, logits, a regression) by
 the cosine of each item's row to fp32's, every item at least ``accuracy_min_cosine``. A cosine
 over a softmax row would pass a flipped top-1 between two close classes and fail a harmless
-shift among a thousand tiny ones, which is why probabilities are judged as labels.
+shift among a thousand tiny ones, which is why probabilities are judged as labels. An output of
+one number per item (a cross-encoder's relevance score) has no row to take a cosine of -- one
+number's cosine is its sign -- so a call of several items is judged by the cosine of its column,
+the call's scores as one vector (a rerank's ranking signal).
 """
 
 from __future__ import annotations
@@ -99,6 +102,9 @@ def measure(fp32: Sequence[Sequence[np.ndarray]], int8: Sequence[Sequence[np.nda
             elif is_probabilities(a):
                 equal = a.argmax(axis=1) == b.argmax(axis=1)
                 worst_p = max(worst_p or 0.0, float(np.max(np.abs(a - b), initial=0.0)))
+            elif a.shape[1] == 1 and len(a) > 1:
+                cosines.append(_cosines(a.T, b.T))  # one number per item: the call's column
+                equal = None
             else:
                 cosines.append(_cosines(a, b))
                 equal = None

@@ -29,9 +29,10 @@ class ExecutorConfig:
 
 
 class Executor(Protocol):
-    async def infer(self, inputs: object, deadline: float | None, request_id: str | None) -> Prediction:
+    async def infer(self, inputs: object, deadline: float | None, request_id: str | None, level: int = 0) -> Prediction:
         """Admit one request, run it, answer it: what ``ServedModel.infer`` awaits (its
-        docstring lists the errors). ``deadline`` is an absolute ``time.monotonic()``."""
+        docstring lists the errors). ``deadline`` is an absolute ``time.monotonic()``, ``level``
+        its priority (inferpool.engine.serving.priorities)."""
         ...
 
     async def run(self, work: Work) -> Prediction:

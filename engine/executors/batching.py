@@ -17,8 +17,9 @@ preferred size, when the next request of its shape does not fit (that request st
 group's next batch), when its first request has waited ``max_delay`` since it was queued, or
 when waiting longer would break the earliest deadline in it, or at once when a request in it
 already carries several samples (it is a batch: it never waits for others). Due groups run earliest-due
-first, so no shape can starve another. With ``wait_for_company = "auto"`` a partial group waits
-only while waiting has been filling batches (inferpool.engine.executors.patience).
+first, so no shape can starve another; with request priorities, groups form per level too and the
+highest level's run first (inferpool.engine.serving.priorities). With ``wait_for_company = "auto"``
+a partial group waits only while waiting has been filling batches (inferpool.engine.executors.patience).
 
 A worker that dies (SystemExit from the model, an exception escaping the loop) first answers
 every request it holds with ``WorkerDied``, then ``ThreadSet`` starts its replacement.
@@ -58,7 +59,7 @@ class Batcher(QueuedWorkers):
         self._ready: list[_Group] = []
         super().__init__(pipeline, config)  # starts the threads: everything above must exist
 
-    async def infer(self, inputs: object, deadline: float | None, request_id: str | None) -> Prediction:
+    async def infer(self, inputs: object, deadline: float | None, request_id: str | None, level: int = 0) -> Prediction:
         # Nothing queued, forming or running (each counts until released), and requests are
         # admitted only on this event loop, which this call holds: every runtime is free, and if
         # waits have stopped paying, the hand-off to a worker would be all the cost.
@@ -72,7 +73,7 @@ class Batcher(QueuedWorkers):
                 # every request while batching is on (a zero would read as batching off).
                 prediction.batch_seconds = max(formed, 1e-9)
                 return prediction
-        return await super().infer(inputs, deadline, request_id)
+        return await super().infer(inputs, deadline, request_id, level)
 
     def _closed(self) -> None:
         for group in (*self._ready, *self._groups.values()):  # never leave a caller hanging
@@ -125,7 +126,7 @@ class Batcher(QueuedWorkers):
                 now = time.monotonic()
                 due = [g for g in groups.values() if g.due <= now]
                 if ready or due:
-                    chosen = min((*ready, *due), key=lambda g: g.due)
+                    chosen = min((*ready, *due), key=_order)
                     full = chosen in ready
                     if full:
                         ready.remove(chosen)
@@ -136,7 +137,7 @@ class Batcher(QueuedWorkers):
                     batch.extend(chosen.requests)
                     return False
                 if groups and self._patience is not None and not self._patience.waits():
-                    chosen = min(groups.values(), key=lambda g: g.due)  # waiting has found nobody lately
+                    chosen = min(groups.values(), key=_order)  # waiting has found nobody lately
                     del groups[chosen.key]
                     batch.extend(chosen.requests)
                     return False
@@ -151,7 +152,7 @@ class Batcher(QueuedWorkers):
                 return True
             if not self._prepare(request):
                 continue
-            key = tuple(a.shape[1:] for a in request.arrays.values())
+            key = (request.level, tuple(a.shape[1:] for a in request.arrays.values()))
             group = groups.get(key)
             if group is not None and group.rows + request.rows > self.max_batch_size:
                 ready.append(groups.pop(key))  # full: this request starts the shape's next batch
@@ -185,7 +186,8 @@ class Batcher(QueuedWorkers):
             raise died
 
 
-_Shapes = tuple[tuple[int, ...], ...]
+_Shapes = tuple[int, tuple[tuple[int, ...], ...]]
+"""A group's key: its requests' priority level and per-sample shapes."""
 
 
 @dataclass(slots=True, eq=False)
@@ -200,6 +202,10 @@ class _Group:
     waited: bool = False
     """The leader waited for company while it formed (inferpool.engine.executors.patience)."""
 
+    @property
+    def level(self) -> int:
+        return self.key[0]
+
     def add(self, request: Work, call_seconds: float) -> None:
         self.requests.append(request)
         self.rows += request.rows
@@ -208,3 +214,9 @@ class _Group:
         if request.deadline is not None:
             # Leave room for the call itself (as if full: dispatching a bit early is harmless).
             self.due = min(self.due, request.deadline - call_seconds)
+
+
+def _order(group: _Group) -> tuple[int, float]:
+    """Which group runs first: the highest priority level (0, none named, counts as 1), then the
+    earliest due (first come, first served across shapes, so none starves within a level)."""
+    return max(group.level, 1), group.due

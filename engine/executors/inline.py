@@ -15,7 +15,8 @@ class InlineExecutor:
     def __init__(self, pipeline: Pipeline, config: ExecutorConfig | None = None) -> None:
         self.pipeline = pipeline
 
-    async def infer(self, inputs: object, deadline: float | None, request_id: str | None) -> Prediction:
+    async def infer(self, inputs: object, deadline: float | None, request_id: str | None, level: int = 0) -> Prediction:
+        # Nothing waits on the event loop: nothing to order by priority.
         return self.pipeline.inline(inputs, deadline, request_id)
 
     async def run(self, work: Work) -> Prediction:

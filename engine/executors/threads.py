@@ -10,10 +10,12 @@ import threading
 import time
 from collections.abc import Callable
 from queue import Empty, SimpleQueue
+from typing import Protocol
 
 from inferpool.engine.errors import DeadlineExceeded, NotReady
 from inferpool.engine.executors.base import ExecutorConfig
 from inferpool.engine.serving.pipeline import Pipeline
+from inferpool.engine.serving.priorities import LeveledQueue
 from inferpool.engine.serving.requests import Prediction, Work, deliver
 
 log = logging.getLogger(__name__)
@@ -105,13 +107,21 @@ class ThreadSet:
             self.replaced += 1
 
 
+class WorkQueue(Protocol):
+    """What the workers take requests from: a ``SimpleQueue``, or with priorities a ``LeveledQueue``."""
+
+    def put(self, item: Work | None, /) -> None: ...
+    def get(self, block: bool = True, timeout: float | None = None) -> Work | None: ...
+
+
 class QueuedWorkers:
     """An executor's worker threads, fed from one queue; subclasses say what a thread does
     (``_work``) and what to answer at close besides the queue (``_closed``)."""
 
     def __init__(self, pipeline: Pipeline, config: ExecutorConfig) -> None:
         self.pipeline = pipeline
-        self._queue: SimpleQueue[Work | None] = SimpleQueue()
+        levels = pipeline.admission.levels
+        self._queue: WorkQueue = LeveledQueue[Work](levels) if levels > 1 else SimpleQueue()
         self._threads = ThreadSet(config.threads, config.name, self._work, config.initializer)
         try:
             self._threads.wait_started(120)  # per-thread warm-up runs in the initializer: ready means warm
@@ -131,10 +141,10 @@ class QueuedWorkers:
     def replaced(self) -> int:
         return self._threads.replaced
 
-    async def infer(self, inputs: object, deadline: float | None, request_id: str | None) -> Prediction:
+    async def infer(self, inputs: object, deadline: float | None, request_id: str | None, level: int = 0) -> Prediction:
         pipeline = self.pipeline
-        samples = pipeline.admit(inputs, deadline)
-        pending = self.run(Work(inputs, samples, deadline, request_id))
+        samples = pipeline.admit(inputs, deadline, level)
+        pending = self.run(Work(inputs, samples, deadline, request_id, level))
         if deadline is None:
             return await pending
         # asyncio.timeout cancels only this task's wait (no extra task, unlike wait_for); the
@@ -174,7 +184,7 @@ class QueuedWorkers:
         pass
 
 
-def refuse_queued(queue: SimpleQueue[Work | None], pipeline: Pipeline) -> None:
+def refuse_queued(queue: WorkQueue, pipeline: Pipeline) -> None:
     """Answer NotReady to every request still queued after an executor's threads stopped."""
     sentinels = 0
     while True:

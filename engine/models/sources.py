@@ -6,6 +6,8 @@
   description of its inputs (see inferpool.engine.models.torchscript_archive).
 - ``path/to/model.onnx`` -- an ONNX model, which only the onnxruntime backend serves (see
   inferpool.engine.models.onnx_source).
+- ``path/to/folder`` -- a Hugging Face encoder folder (embedder, cross-encoder or classifier),
+  served with its own handler (see inferpool.engine.models.text).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import torch
 
 from inferpool.engine.errors import ConfigError, ModelLoadError
 from inferpool.engine.models.onnx_source import load_onnx
-from inferpool.engine.models.source_kinds import ARCHIVE_SUFFIXES
+from inferpool.engine.models.source_kinds import kind_of
 from inferpool.engine.models.spec import ModelSpec
 from inferpool.engine.models.torchscript_archive import load_torchscript
 from inferpool.engine.options import RuntimeOptions
@@ -95,8 +97,15 @@ def _example_dim(program: torch.export.ExportedProgram, dim: int | torch.SymInt)
     return max(2, int(bounds.lower)) if bounds is not None else 2
 
 
+def load_folder(source: str) -> ModelSpec:
+    from inferpool.engine.models.text.loading import load_folder as load  # transformers: only for a folder
+
+    return load(source)
+
+
 SOURCES: dict[str, Callable[[str], ModelSpec]] = {
     "export": load_export,
+    "folder": load_folder,
     "torchscript": load_torchscript,
     "onnx": load_onnx,
     "factory": load_factory,
@@ -107,8 +116,8 @@ module to compile or time."""
 
 
 def source_kind(source: str) -> str:
-    """Which SOURCES entry loads ``source``: archives by suffix, anything else is a factory."""
-    return ARCHIVE_SUFFIXES.get(Path(source).suffix, "factory")
+    """Which SOURCES entry loads ``source`` (source_kinds.kind_of)."""
+    return kind_of(source)
 
 
 def load_model(source: str) -> ModelSpec:

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from inferpool.engine.models.handlers import Handler
 
 
 @dataclass(frozen=True)
@@ -30,3 +34,4 @@ class ModelSpec:
     batched: bool = True
     dynamic_dims: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     held_out: Sequence[Mapping[str, np.ndarray]] = ()
+    handler: Handler | None = None

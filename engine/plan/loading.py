@@ -60,7 +60,7 @@ def read_source(
     started = time.perf_counter()
     spec = load_model(source)
     module = InferenceModule.from_spec(replace(spec, name=name) if name else spec)
-    return Source(module, options, plan, load_handler(handler) if handler else None, started)
+    return Source(module, options, plan, load_handler(handler) if handler else spec.handler, started)
 
 
 def log_ready(served: ServedModel, started: float) -> None:

@@ -16,6 +16,7 @@ import numpy as np
 
 from inferpool.engine.errors import DeadlineExceeded, Overloaded, PredictedWaitExceeded
 from inferpool.engine.schema import Schema
+from inferpool.engine.serving.priorities import room
 
 
 class ServiceTimes:
@@ -85,16 +86,20 @@ class Admission:
         """Requests admitted at once (running + queued); more are refused with Overloaded."""
         self.requests = 0
         self.samples = 0
+        self.levels = 1
+        """Request priority levels (inferpool.engine.serving.priorities): a lower level has less room."""
         self._lock = threading.Lock()
 
-    def admit(self, samples: int, deadline: float | None, model: str) -> None:
-        """Count a request of ``samples`` in, or refuse it: Overloaded (capacity reached),
-        DeadlineExceeded (its deadline, an absolute ``time.monotonic()``, passed already),
-        PredictedWaitExceeded (the work ahead would make it late)."""
+    def admit(self, samples: int, deadline: float | None, model: str, level: int = 0) -> None:
+        """Count a request of ``samples`` at priority ``level`` in, or refuse it: Overloaded
+        (its level's room reached), DeadlineExceeded (its deadline, an absolute
+        ``time.monotonic()``, passed already), PredictedWaitExceeded (the work ahead would make it late)."""
         # Counted until the pipeline is done with a request, not until its caller stops
         # waiting, so that requests whose callers timed out cannot pile up beyond the bound.
-        if self.requests >= self.capacity:
-            raise Overloaded(f"{self.requests} requests are already in flight for model {model!r}")
+        capacity = self.capacity if level <= 1 else room(self.capacity, level, self.levels)
+        if self.requests >= capacity:
+            shed = "" if capacity == self.capacity else f" (priority {level} is refused beyond {capacity})"
+            raise Overloaded(f"{self.requests} requests are already in flight for model {model!r}{shed}")
         if deadline is not None:
             budget = deadline - time.monotonic()
             if budget <= 0:

@@ -91,12 +91,12 @@ class Pipeline:
         self.floor: DeadlineFloor | None = None
         """The model's deadline floor per sample count, once measured (inferpool.engine.plan.deadline_floor)."""
 
-    def admit(self, inputs: object, deadline: float | None) -> int:
+    def admit(self, inputs: object, deadline: float | None, level: int = 0) -> int:
         """Count a request in for an executor that queues it; its samples (given back at release)."""
         samples = self._samples(inputs)
         if deadline is not None:
             self._check_floor(samples, deadline, time.monotonic())
-        self.admission.admit(samples, deadline, self.name)
+        self.admission.admit(samples, deadline, self.name, level)
         return samples
 
     def inline(self, inputs: object, deadline: float | None, rid: str | None) -> Prediction:

@@ -70,6 +70,7 @@ class Work:
         "estimate",
         "future",
         "inputs",
+        "level",
         "loop",
         "queued",
         "request_id",
@@ -79,8 +80,12 @@ class Work:
         "validate",
     )
 
-    def __init__(self, inputs: object, estimate: int, deadline: float | None, request_id: str | None = None) -> None:
+    def __init__(
+        self, inputs: object, estimate: int, deadline: float | None, request_id: str | None = None, level: int = 0
+    ) -> None:
         self.inputs = inputs
+        self.level = level
+        """Its priority, 1 the highest (0: none named; inferpool.engine.serving.priorities)."""
         self.estimate = estimate  # the sample count admission counted in; given back as is
         self.deadline = deadline
         self.request_id = request_id or "-"

@@ -54,6 +54,7 @@ class ServedModel:
         *,
         start: bool = True,
         pod: PodLoad | None = None,
+        priority_levels: int = 1,
     ) -> None:
         self.selection = resolve_backend(module, options)
         """The backend serving the model (for ``auto``: the fastest measured) and its table."""
@@ -66,6 +67,7 @@ class ServedModel:
         self.max_queue = max_queue
         self.runtimes = RuntimeSet(module.name, backend, compiled, module, options, plan.runtimes, pod)
         self.admission = Admission(ServiceTimes(), plan.runtimes, options.max_batch_size, plan.runtimes + max_queue)
+        self.admission.levels = priority_levels
         self.pipeline = Pipeline(module.name, module.schema, self.runtimes, self.admission, options, handler)
         measured = loading.measure(self.pipeline, self.runtimes, module, plan, start)
         self.batch_choice = measured.batch_choice
@@ -174,13 +176,18 @@ class ServedModel:
         handler: str | None = None,
         start: bool = True,
         pod: PodLoad | None = None,
+        priority_levels: int = 1,
     ) -> ServedModel:
         """Load, compile and warm a model; ``shares`` pools split the CPUs (see plan_threads),
         ``name`` overrides the model's own, ``handler`` ('package.module:attr', see
         inferpool.engine.models.handlers) turns request payloads into its inputs and its outputs into answers.
-        ``start=False`` loads for processes forked later, which each call ``start()``."""
+        ``start=False`` loads for processes forked later, which each call ``start()``;
+        ``priority_levels`` orders its queue (inferpool.engine.serving.priorities)."""
         read = loading.read_source(source, options, shares=shares, name=name, handler=handler, start=start)
-        served = cls(read.module, read.options, read.plan, max_queue, read.handler, start=start, pod=pod)
+        served = cls(
+            read.module, read.options, read.plan, max_queue, read.handler, start=start, pod=pod,
+            priority_levels=priority_levels,
+        )  # fmt: skip
         loading.log_ready(served, read.started)
         return served
 
@@ -192,8 +199,11 @@ class ServedModel:
     def schema(self) -> Schema:
         return self.module.schema
 
-    async def infer(self, inputs: object, deadline: float | None = None, request_id: str | None = None) -> Prediction:
-        """Admit one request and run it through the executor (inline, worker threads or the batcher).
+    async def infer(
+        self, inputs: object, deadline: float | None = None, request_id: str | None = None, level: int = 0
+    ) -> Prediction:
+        """Admit one request at priority ``level`` and run it through the executor (inline, worker
+        threads or the batcher).
 
         ``deadline`` is an absolute ``time.monotonic()`` value (None = none). Raises
         InvalidInput, Overloaded (queue full), PredictedWaitExceeded (the work ahead would make
@@ -205,7 +215,7 @@ class ServedModel:
         # Only the event loop touches in_flight, so a plain int is race-free.
         self.in_flight += 1
         try:
-            return await self.executor.infer(inputs, deadline, request_id)
+            return await self.executor.infer(inputs, deadline, request_id, level)
         finally:
             self.in_flight -= 1
 

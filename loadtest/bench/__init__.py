@@ -70,7 +70,12 @@ CASES: dict[str, Case] = {
     "grpc": Case(
         "grpc_front", "gRPC ModelInfer per front end against HTTP v2 binary and JSON, server CPU per call", "grpc_case"
     ),
+    "text_peers": Case("text_peers", "encoder folders (embedder, cross-encoder) against Infinity, same bodies (wrk)"),
     "container": Case("container", "the image against the same server on the host (docker, wrk)"),
+    "response_cache": Case(
+        "response_cache", "the response cache on vs off: MiniLM Zipf repeats at 32 connections, digits all misses"
+    ),
+    "priorities": Case("priorities", "priorities at 2x capacity: success rate and p99 of high against low"),
 }
 
 

@@ -23,25 +23,16 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import onnxruntime as ort
 import orjson
 import uvicorn
+
+from loadtest.peers.onnx_session import session
 
 ONNX_ENV = "INFERPOOL_BARE_ONNX"
 MODEL = "inferpool.engine.zoo.digits:build"
 JSON_HEADERS = [(b"content-type", b"application/json")]
 READY = b'{"status":"ready"}'
 SAMPLE_NDIM = 3  # one [1, 8, 8] image; a batch has four dimensions
-
-
-def session(path: str) -> ort.InferenceSession:
-    """As ``session_options`` in engine/backends/onnxruntime/runtime.py builds it for one intra-op thread."""
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    so.inter_op_num_threads = 1
-    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
 
 
 def predictor(path: str) -> Callable[[object], dict[str, Any]]:

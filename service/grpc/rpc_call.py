@@ -16,8 +16,11 @@ from typing import Any
 import grpc
 
 from inferpool.engine.client import request_id
+from inferpool.service.apierror import ApiError
+from inferpool.service.asked import asked, asked_in_metadata
 from inferpool.service.calls import Call
 from inferpool.service.frontdoor import Activity, client_request_id
+from inferpool.service.grpc.tensors import parameter_value
 from inferpool.service.telemetry.metrics import Metrics
 from inferpool.service.telemetry.observe import Observer
 
@@ -39,12 +42,28 @@ class RpcCall(Call[str]):
         self.observer = observer
         self.response: Any = None
 
+    def admit(self, level: int = 0) -> None:
+        """``Call.admit`` at the level the request asks for (its ``priority`` parameter, else the
+        x-request-priority metadata; a bad one counts as the default: the front door refuses it)."""
+        priorities = self.activity.priorities
+        if priorities.on and not level:
+            parameters = getattr(self.request, "parameters", None)
+            given = parameter_value(parameters["priority"]) if parameters and "priority" in parameters else None
+            header = asked_in_metadata(self.invocation_metadata()).priority
+            try:
+                level = priorities.level(given, header)
+            except ApiError:
+                level = priorities.default
+        Call.admit(self, level)
+
     def identify_caller(self, ids: Iterator[str]) -> str:
         """Its request id (the caller's metadata, the request's own ``id``, or the next of
         ``ids``), set for its logs and sent back as trailing metadata."""
         context = self.context
-        rid = self.rid = client_request_id(context.invocation_metadata() or ()) or self.request.id or next(ids)
+        metadata = context.invocation_metadata() or ()
+        rid = self.rid = client_request_id(metadata) or self.request.id or next(ids)
         request_id.set(rid)
+        asked.set(asked_in_metadata(metadata))  # what HTTP's Call.begin reads from headers
         context.set_trailing_metadata((("x-request-id", rid),))
         return rid
 

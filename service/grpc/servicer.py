@@ -194,7 +194,7 @@ class Servicer:
             response, call.inference = self.door.infer_inline(
                 served, decoded.inputs, _encode, (request.id, decoded.outputs), received=started,
                 parsed=time.perf_counter(), rid=rid, timeout_ms=decoded.timeout_ms,
-                remaining=context.time_remaining(),
+                remaining=context.time_remaining(), priority=decoded.priority,
             )  # fmt: skip
             return response
         except Exception as exc:  # noqa: BLE001 -- every error becomes a status, as in the wrapper
@@ -238,6 +238,7 @@ class Servicer:
         response, call.inference = await door.infer(
             served, decoded.inputs, _encode, (request.id, decoded.outputs), received=received,
             parsed=time.perf_counter(), rid=rid, timeout_ms=decoded.timeout_ms, remaining=call.time_remaining(),
+            priority=decoded.priority,
         )  # fmt: skip
         return response
 

@@ -51,6 +51,8 @@ class Decoded:
     """Requested outputs, in order; None = all of the model's."""
     timeout_ms: float | None
     """The "timeout" parameter (µs on the wire, as Triton's clients send it)."""
+    priority: object = None
+    """The "priority" parameter's value as sent (Triton's client: uint64; the front door checks it)."""
 
 
 def decode(request: pb.ModelInferRequest, expected: Mapping[str, TensorMeta]) -> Decoded:
@@ -64,7 +66,15 @@ def decode(request: pb.ModelInferRequest, expected: Mapping[str, TensorMeta]) ->
             raise bad(f"input '{name}' is given twice; send each input once")
         inputs[name] = _input(tensor, raw[index] if raw else None, expected.get(name))
     outputs = [output.name for output in request.outputs] or None
-    return Decoded(inputs, outputs, _timeout_ms(request.parameters))
+    parameters = request.parameters
+    priority = parameter_value(parameters["priority"]) if "priority" in parameters else None
+    return Decoded(inputs, outputs, _timeout_ms(parameters), priority)
+
+
+def parameter_value(parameter: pb.InferParameter) -> object:
+    """What an InferParameter holds, whichever of its choices it took."""
+    choice = parameter.WhichOneof("parameter_choice")
+    return None if choice is None else getattr(parameter, choice)
 
 
 def _input(tensor: pb.ModelInferRequest.InferInputTensor, raw: bytes | None, meta: TensorMeta | None) -> Array:

@@ -33,10 +33,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 
+from inferpool.service.asked import PRIORITY_HEADER, asked_in
 from inferpool.service.auth import ApiKey
 from inferpool.service.calls import CLIENT_CLOSED, HttpCall
 from inferpool.service.errors import ErrorAnswer, answer_for, unexpected
-from inferpool.service.frontdoor import Activity, Encoder, FrontDoor, Served, request_ids
+from inferpool.service.frontdoor import Activity, Encoder, FrontDoor, Looked, Served, request_ids
 from inferpool.service.http.codec import Disconnected
 from inferpool.service.http.middleware import SERIAL
 from inferpool.service.http.rawasgi import JSON, Answer, error_headers, server_timing
@@ -63,6 +64,8 @@ class Decoded:
     """The X-Request-Timeout-Ms header."""
     timeout_ms: float | None = None
     """The v2 ``timeout`` parameter."""
+    priority: object = None
+    """The v2 ``priority`` parameter, as sent (the front door checks it)."""
 
 
 class LaneHandler(Protocol):
@@ -200,7 +203,8 @@ class Lane:
             return None
         if self.auth is not None and not self.auth.admits(url.decode(), protocol.headers):
             return None  # answered 401 the ASGI way
-        if self.activity.full() is not None:
+        activity = self.activity
+        if activity.full(activity.level_of(headers.get(PRIORITY_HEADER))) is not None:
             return None
         keep_alive = parser.get_http_version() != "1.0" and parser.should_keep_alive()
         return LaneRequest(self, protocol, route, found, headers, keep_alive)
@@ -239,35 +243,46 @@ class Lane:
         if request.disconnected:
             self._done(request, CLIENT_CLOSED, None)
             return
-        request.begin()
+        request.begin(asked_in(request.headers))
         handler = request.handler
         try:
             served = handler.resolve(request.found)
             call = handler.decode(served, request.body, request.headers)
-            if not served.model.inline:
-                # Held in the server's task set, as uvicorn holds its own: its shutdown waits for them.
-                tasks = request.protocol.tasks
-                task = request.task = asyncio.get_running_loop().create_task(self._answer_later(request, served, call))
-                tasks.add(task)
-                task.add_done_callback(tasks.discard)
-                task.add_done_callback(functools.partial(self._ended, request))
-                return
-            encoded, inference = handler.door.infer_inline(
-                served, call.inputs, call.encode, call.decoded, received=request.started, parsed=time.perf_counter(),
-                rid=request.rid, timeout=call.timeout, timeout_ms=call.timeout_ms,
-            )  # fmt: skip
+            if served.model.inline:
+                encoded, inference = handler.door.infer_inline(
+                    served, call.inputs, call.encode, call.decoded, received=request.started,
+                    parsed=time.perf_counter(), rid=request.rid, timeout=call.timeout, timeout_ms=call.timeout_ms,
+                    priority=call.priority,
+                )  # fmt: skip
+            else:
+                door = handler.door
+                looked = door.look(served, call.inputs, call.encode, call.decoded, call.priority)
+                if looked[2] is None:
+                    self._later(request, served, call, looked)
+                    return
+                # A response cache hit: answered now, with no task.
+                encoded, inference = looked[2], door.hit(served, request.started, time.perf_counter())
             answer = handler.answer_of(encoded, server_timing(request.started, inference))
         except Exception as exc:  # noqa: BLE001 -- unexpected() logs the traceback
             self._error(request, exc)
             return
         self._send(request, 200, answer, inference)
 
-    async def _answer_later(self, request: LaneRequest, served: Served, call: Decoded) -> None:
+    def _later(self, request: LaneRequest, served: Served, call: Decoded, looked: Looked) -> None:
+        """Its answer on a task (a model on worker threads): held in the server's task set, as
+        uvicorn holds its own, so that its shutdown waits for them."""
+        tasks = request.protocol.tasks
+        task = request.task = asyncio.get_running_loop().create_task(self._answer_later(request, served, call, looked))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+        task.add_done_callback(functools.partial(self._ended, request))
+
+    async def _answer_later(self, request: LaneRequest, served: Served, call: Decoded, looked: Looked) -> None:
         handler = request.handler
         try:
             encoded, inference = await handler.door.infer(
                 served, call.inputs, call.encode, call.decoded, received=request.started, parsed=time.perf_counter(),
-                rid=request.rid, timeout=call.timeout, timeout_ms=call.timeout_ms,
+                rid=request.rid, timeout=call.timeout, timeout_ms=call.timeout_ms, looked=looked,
             )  # fmt: skip
             answer = handler.answer_of(encoded, server_timing(request.started, inference))
         except Exception as exc:  # noqa: BLE001 -- unexpected() logs the traceback

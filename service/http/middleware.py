@@ -22,11 +22,13 @@ import time
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from inferpool.service.apierror import error_body_for
+from inferpool.service.asked import PRIORITY_HEADER, asked_in
 from inferpool.service.calls import HttpCall
 from inferpool.service.frontdoor import Activity, request_ids, shed_message
 from inferpool.service.http.protocol import CLIENT_LEFT
 from inferpool.service.telemetry.metrics import Metrics
 from inferpool.service.telemetry.observe import INFERENCE, Observer, Watch
+from inferpool.service.telemetry.traffic import SHED
 
 STARTED = "inferpool.started"  # scope keys the /predict route reads and writes (and INFERENCE)
 HEADER_MAP = "inferpool.headers"  # scope key: header_map's, with the header list it was built from
@@ -134,13 +136,17 @@ class RequestContext:
             return
         started = scope[STARTED] = time.perf_counter()
         call = AsgiCall(self, scope, receive, send, started)
-        rid = call.identify(header_map(scope).get(b"x-request-id"), self._ids)
-        limit = self.activity.full()
+        headers = header_map(scope)
+        rid = call.identify(headers.get(b"x-request-id"), self._ids)
+        level = self.activity.level_of(headers.get(PRIORITY_HEADER))
+        limit = self.activity.full(level)
         path = scope["path"]
         observer = self.observer
         if limit is not None and not _never_shed(path):
             await self._shed(send, rid, limit, call.closes, path)
             self.metrics.observe_error("load_shed")
+            if level:
+                self.metrics.traffic.prioritised(level, SHED)
             call.label = "shed"
             if observer is not None:
                 call.watch = observer.watch({})
@@ -149,7 +155,7 @@ class RequestContext:
             return
         if observer is not None:
             call.watch = observer.watch(scope)
-        call.begin()
+        call.begin(asked_in(headers))
         try:
             await self.app(scope, receive if scope["method"] == "GET" else call.counting_receive, call.send_with_id)
         finally:

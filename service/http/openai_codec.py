@@ -17,12 +17,13 @@ from typing import Any
 import numpy as np
 import orjson
 
-from inferpool.engine.client import Array, TextEmbedding, TokenIds
+from inferpool.engine.client import Array, TextEmbedding, TextInputs, TokenIds
 from inferpool.service.apierror import ApiError
 from inferpool.service.http.codec import encode_json
+from inferpool.service.http.text_scores import check_prompt
 from inferpool.service.v2.codec import whole_number
 
-FIELDS = ("input", "model", "encoding_format", "dimensions", "user")
+FIELDS = ("input", "model", "encoding_format", "dimensions", "user", "prompt_name")
 ENCODINGS = ("float", "base64")
 _BAD = "invalid_input"
 _INPUT_SHAPES = "a string, a list of strings, a list of token ids, or a list of lists of token ids"
@@ -31,8 +32,8 @@ _INPUT_SHAPES = "a string, a list of strings, a list of token ids, or a list of 
 @dataclass(frozen=True, slots=True)
 class EmbeddingsRequest:
     model: str
-    inputs: list[str] | TokenIds
-    """Texts, or token-id lists: the payload the model's handler gets."""
+    inputs: list[str] | TextInputs | TokenIds
+    """Texts (with a ``prompt_name``: TextInputs), or token-id lists: the payload the model's handler gets."""
     base64: bool = False
     dimensions: int | None = None
     """Truncate each embedding to this many values and re-normalise it (None: the model's own)."""
@@ -65,7 +66,19 @@ def parse_request(body: bytes | bytearray) -> EmbeddingsRequest:
         raise bad("'user' must be a string", "user")
     if "input" not in payload:
         raise bad(f"'input' is required: {_INPUT_SHAPES}", "input")
-    return EmbeddingsRequest(model, _inputs(payload["input"]), encoding == "base64", dimensions)
+    return EmbeddingsRequest(model, _prompted(_inputs(payload["input"]), payload), encoding == "base64", dimensions)
+
+
+def _prompted(inputs: list[str] | TokenIds, payload: Mapping[str, Any]) -> list[str] | TextInputs | TokenIds:
+    """Texts with a named prompt go as TextInputs (this server's extension: the model's prompts)."""
+    prompt = payload.get("prompt_name")
+    if prompt is None:
+        return inputs
+    if not isinstance(prompt, str):
+        raise bad("'prompt_name' must be a string: one of the model's prompts", "prompt_name")
+    if isinstance(inputs, TokenIds):
+        raise bad("'prompt_name' prefixes texts; token ids are sent whole, so leave it out", "prompt_name")
+    return TextInputs(inputs, prompt_name=prompt)
 
 
 def _object(body: bytes | bytearray) -> Mapping[str, Any]:
@@ -104,7 +117,10 @@ def _tokens(value: object, index: int | None) -> list[int]:
 
 
 def for_model(request: EmbeddingsRequest, name: str, declared: TextEmbedding) -> None:
-    """What the model decides: token ids only if its handler takes them, ``dimensions`` up to its own."""
+    """What the model decides: token ids only if its handler takes them, ``dimensions`` up to its
+    own, a ``prompt_name`` among its prompts."""
+    if isinstance(request.inputs, TextInputs):
+        check_prompt(declared, request.inputs.prompt_name, name)
     if isinstance(request.inputs, TokenIds) and not declared.token_ids:
         raise bad(f"model {name!r} takes text only, not token ids; send 'input' as a string or a list of them", "input")
     if request.dimensions is not None and request.dimensions > declared.dimensions:

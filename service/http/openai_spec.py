@@ -60,6 +60,8 @@ EMBEDDINGS_REQUEST_SCHEMA: dict[str, Any] = {
             "description": "Keep each embedding's first `dimensions` values, scaled back to unit length.",
         },
         "user": _NULLABLE_STRING | {"description": "Your end user's id: accepted, not used."},
+        "prompt_name": _NULLABLE_STRING
+        | {"description": "This server's extension: one of the model's named prompts, prefixed to every text."},
     },
 }
 EMBEDDINGS_REQUEST: dict[str, Any] = {
@@ -167,6 +169,8 @@ def describe(spec: dict[str, Any], models: list[Served], timeout: Callable[[int]
     properties = body["properties"]
     properties["model"] = {"type": "string", "enum": names}
     properties["dimensions"]["maximum"] = max(declared.dimensions for _, declared in served)
+    prompts = sorted({name for _, declared in served for name, _ in declared.prompts})
+    properties["prompt_name"] = {"enum": [*prompts, None], "description": properties["prompt_name"]["description"]}
     most = max(m.max_samples for m, _ in served)
     inputs = [_TEXT, {"type": "array", "minItems": 1, "maxItems": most, "items": _TEXT}]
     tokens = _tokens([declared for _, declared in served if declared.token_ids])

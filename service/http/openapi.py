@@ -23,10 +23,9 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from inferpool.engine.client import Handler, Schema
-from inferpool.service.apierror import OPENAI_PREFIX
 from inferpool.service.errors import documented_error
 from inferpool.service.frontdoor import MAX_REQUEST_ID
-from inferpool.service.http import openai_spec
+from inferpool.service.http import openai_spec, text_spec
 from inferpool.service.http.openapi_schemas import (
     Served,
     describe_predict,
@@ -206,6 +205,7 @@ def model_aware_openapi(
             served = served_models(app)
             _describe_models(spec, served)
             openai_spec.describe(spec, served, timeout_parameter)
+            text_spec.describe(spec, served, timeout_parameter)
             app.openapi_schema = spec
         _describe_answers(spec)
         _declare_headers(spec)
@@ -221,10 +221,9 @@ def _declare_auth(spec: dict[str, Any], guarded: Callable[[str], bool], keyed: b
     spec.setdefault("components", {})["securitySchemes"] = SECURITY_SCHEMES
     for path, operations in spec["paths"].items():
         if guarded(path):
-            openai = path.startswith(OPENAI_PREFIX)
             for operation in operations.values():
                 operation["security"] = [{"bearer": []}, {"apiKey": []}]
-                refused = (openai_spec.openai_error if openai else documented_error)("Missing or wrong API key.")
+                refused = text_spec.error_response(path, "Missing or wrong API key.")
                 operation["responses"]["401"] = refused
                 operation["responses"]["401"]["headers"] = {"WWW-Authenticate": {"schema": {"type": "string"}}}
 

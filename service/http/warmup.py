@@ -28,6 +28,7 @@ from starlette.types import ASGIApp, Message, Scope
 from inferpool.engine.client import EngineClient
 from inferpool.service.frontdoor import Activity, FrontDoor
 from inferpool.service.http.openapi_schemas import v2_sample, zeros
+from inferpool.service.priorities import Priorities
 from inferpool.service.telemetry.metrics import Inference, Labels, Metrics
 
 if TYPE_CHECKING:  # the host loads models (torch); warming only asks it which it serves
@@ -54,9 +55,12 @@ class Uncounted:
 
 def uncounted_door(door: FrontDoor) -> FrontDoor:
     """``door``'s twin for warm requests: the same host and served records (so the first v2
-    request's expected inputs are already built), its own count and no metrics."""
+    request's expected inputs are already built), its own count, no metrics, no response cache
+    (a warm request must reach the model) and no priorities."""
     twin = FrontDoor(door.host, cast(Metrics, Uncounted()), Activity())
     twin._served = door._served  # the door's own records, shared on purpose
+    twin.cache = None
+    twin.priorities = Priorities()
     return twin
 
 

@@ -16,10 +16,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from inferpool.config import Settings
 from inferpool.engine import ServedModel
 from inferpool.engine.client import EngineClient
+from inferpool.engine.compile_cache import cache_dir
 from inferpool.engine.errors import ConfigError, NotReady
 from inferpool.engine.plan.pod_load import PodLoad
 from inferpool.engine.plan.threads import plan_threads
@@ -72,6 +74,8 @@ class ModelHost:
         self.draining = False  # set on SIGTERM: new requests are refused, accepted ones finish
         self.closed = False
         self._loader: threading.Thread | None = None
+        self.cached_now: set[Path] = set()
+        """Compile-cache files ``preload`` wrote: none on a start that found every artifact cached."""
 
     def start(self) -> None:
         # Made here, not in __init__: the supervisor makes the host and forks, and a Thread made
@@ -91,7 +95,11 @@ class ModelHost:
     def preload(self) -> None:
         """Load, choose and warm every model in this thread without starting any thread of
         theirs (the supervisor forks serving processes after this); raises what loading raised."""
-        self._preloaded = self._build(startup_plans(self.settings), start=False)
+        wanted = startup_plans(self.settings)
+        caches = {cache_dir(plan.options.compile_cache_dir) for plan in wanted}
+        before = _cache_files(caches)
+        self._preloaded = self._build(wanted, start=False)
+        self.cached_now = _cache_files(caches) - before
         _freeze_heap()  # before the fork: pages the collector would otherwise write stay shared
 
     def wait_loaded(self, timeout: float | None = None) -> None:
@@ -213,6 +221,7 @@ class ModelHost:
                 model = ServedModel.load(
                     plan.source, plan.options, max_queue=settings.max_queue,
                     shares=shares, name=plan.name, handler=plan.handler, start=start, pod=self.pod,
+                    priority_levels=settings.priority_levels,
                 )  # fmt: skip
                 if _key(plan) in loaded or (model.name, plan.version) in names:
                     model.close()
@@ -290,6 +299,10 @@ def _resplit(model: ServedModel, shares: int) -> None:
 
 def _key(plan: ModelPlan) -> Key:
     return (plan.name or plan.source, plan.version)
+
+
+def _cache_files(directories: set[Path]) -> set[Path]:
+    return {path for directory in directories if directory.is_dir() for path in directory.iterdir()}
 
 
 def _freeze_heap() -> None:

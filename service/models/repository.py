@@ -26,7 +26,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from inferpool.config.settings import check_backend, check_handler, check_source
 from inferpool.engine import RuntimeOptions
 from inferpool.engine.errors import ConfigError
-from inferpool.engine.models.source_kinds import ARCHIVE_SUFFIXES
+from inferpool.engine.models.source_kinds import ARCHIVE_SUFFIXES, is_path
 from inferpool.engine.models.sources import serving_options
 
 CONFIG = "config.toml"
@@ -116,7 +116,7 @@ def read_version(path: Path, override: dict[str, Any] | None = None) -> Version:
     try:
         config = VersionConfig.model_validate(override if override is not None else _toml(path / CONFIG))
         source = config.source or _archive(path)
-        if config.source and Path(config.source).suffix in ARCHIVE_SUFFIXES:
+        if config.source and is_path(config.source):
             source = str(path / config.source)  # relative to the version folder
         check_source(source)
         if config.runtime is not None:
@@ -128,11 +128,14 @@ def read_version(path: Path, override: dict[str, Any] | None = None) -> Version:
 
 def _archive(path: Path) -> str:
     found = [p for p in sorted(path.iterdir()) if p.suffix in ARCHIVE_SUFFIXES and p.is_file()]
+    if not found and (path / "config.json").is_file():
+        return str(path)  # the version folder is a Hugging Face model folder
     if len(found) != 1:
         what = "no" if not found else f"{len(found)}"
         raise ValueError(
             f"version folder {str(path)!r} holds {what} model archives ({', '.join(sorted(ARCHIVE_SUFFIXES))}): "
-            f"put exactly one there, or name the source in its {CONFIG} (source = 'package.module:function')"
+            f"put exactly one there (or a Hugging Face model folder's files), or name the source in its {CONFIG} "
+            "(source = 'package.module:function')"
         )
     return str(found[0])
 

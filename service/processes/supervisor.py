@@ -40,13 +40,21 @@ from prometheus_client import Counter, multiprocess
 
 from inferpool.config import Settings
 from inferpool.engine.errors import EngineError
+
+# Imported here, before the models load and the heap is frozen, not in each serving process after
+# its fork: the app's modules (FastAPI, pydantic, the routes, gRPC's messages) are then one shared
+# copy instead of one private copy per process (~14 MB each).
+from inferpool.service.app import create_app
 from inferpool.service.models.host import ModelHost
 from inferpool.service.models.repository_calls import RepositoryCalls
 from inferpool.service.processes import supervisor_channel
 from inferpool.service.processes.backlog_answers import Standby, answer_backlog
+from inferpool.service.processes.idle_pages import page_out_code
 from inferpool.service.processes.model_swap import SIGNALS, ModelSwap
 from inferpool.service.processes.process_states import DOWN, ProcessBoard
+from inferpool.service.processes.retiring_server import RetiringServer
 from inferpool.service.processes.spread import ConnectionCounts
+from inferpool.service.processes.warm_restart import inherited_listener, restart_from_cache, restart_reason
 from inferpool.service.readiness import Readiness
 
 log = logging.getLogger(__name__)
@@ -74,6 +82,9 @@ class Supervisor:
         self.ready: set[int] = set()  # processes that said their models have started
         self.retired: set[int] = set()  # replaced by a newer process, finishing what they hold
         self.crashes = 0
+        self.code_paged_out = False
+        """Set once every serving process is ready and the supervisor's loading code is paged
+        out (processes/idle_pages.py); a new fork clears it."""
         self.swap: ModelSwap | None = None
         """The model changes, with a repository: they replace the processes through ``spawn``."""
         # Written to the shared metrics directory: every serving process's /metrics sums it in.
@@ -81,8 +92,9 @@ class Supervisor:
 
     def run(self) -> int:
         began = time.monotonic()
+        inherited = inherited_listener()
         try:
-            listener = _listen(self.settings.host, self.settings.port)
+            listener = inherited or _listen(self.settings.host, self.settings.port)
         except OSError as exc:  # the port is taken, the address is not this machine's, ...
             log.error("cannot listen on %s:%d: %s", self.settings.host, self.settings.port, exc)
             return 2
@@ -99,6 +111,7 @@ class Supervisor:
         if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not if inherited as ignored
             signal.signal(signal.SIGINT, signal.SIG_DFL)
         standby = Standby(listener, Readiness.LOADING)
+        loading = time.monotonic()
         try:
             host.preload()
         except EngineError as exc:  # the model's or the config's fault: one line, as config errors are
@@ -110,6 +123,11 @@ class Supervisor:
             return 1
         finally:
             standby.stop()  # joined: no thread of the parent's may exist at a fork
+        if inherited is None and (reason := restart_reason(host.cached_now, time.monotonic() - loading)):
+            log.info("%s: starting again from the cache", reason)
+            if held is not None:
+                held.close()
+            restart_from_cache(listener)  # processes/warm_restart.py; does not return
         if self.settings.model_repository is not None:
             calls = RepositoryCalls(self.settings, host.planned)
             self.swap = ModelSwap(self, calls, began + self.settings.repository_poll_seconds)
@@ -128,6 +146,7 @@ class Supervisor:
         (the slot stays as it is on the board meanwhile: the pod stays ready)."""
         if not replacing:
             self.board.mark(slot, DOWN)
+        self.code_paged_out = False
         serving_elsewhere = replacing or self.board.any_ready()
         ours, theirs = supervisor_channel.pair()
         pid = os.fork()
@@ -150,9 +169,6 @@ class Supervisor:
     def _serve(
         self, slot: int, listener: socket.socket, host: ModelHost, channel: socket.socket, serving_elsewhere: bool
     ) -> int:
-        from inferpool.service.app import create_app
-        from inferpool.service.processes.retiring_server import RetiringServer
-
         # Its own process group: a terminal's Ctrl-C reaches only the supervisor, which then
         # drains every process once (a second signal would skip the drain).
         os.setpgid(0, 0)
@@ -179,6 +195,7 @@ class Supervisor:
             if self.reap(listener, host) == "give up":
                 self._stop(listener)
                 return 1
+            self._page_out_once_ready()
             # Only the stop signals: a tracer attached to this process (py-spy) has made
             # sigtimedwait return a siginfo whose number is garbage, which must not stop the tree.
             if received is not None and received.si_signo in STOPS:
@@ -190,6 +207,15 @@ class Supervisor:
             if self.swap.stop_requested:
                 log.info("stop requested during a model change: draining every serving process")
                 return self._stop(listener)
+
+    def _page_out_once_ready(self) -> None:
+        """After the processes are ready, not at the fork: a page the supervisor alone maps would
+        be reclaimed before a starting process's first touch, and read back from disk for it."""
+        if self.code_paged_out or not self.board.all_ready():
+            return
+        self.code_paged_out = True
+        asked = page_out_code()
+        log.debug("paged out the supervisor's code pages (%d MiB of mappings asked)", asked >> 20)
 
     def reap(self, listener: socket.socket, host: ModelHost) -> str:
         """Collect exited processes and replace each, unless they keep crashing."""

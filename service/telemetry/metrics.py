@@ -32,6 +32,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from inferpool.engine.client import EngineClient
 from inferpool.service.telemetry.logs import model_served
 from inferpool.service.telemetry.metric_slots import Child, Family, SlotCollector, SlotFile, bounds_of, observe
+from inferpool.service.telemetry.process_usage import ServingProcesses
+from inferpool.service.telemetry.traffic import TrafficMetrics
 
 if TYPE_CHECKING:  # config imports torch; the service only reads the settings it is given
     from inferpool.config import Settings
@@ -123,14 +125,17 @@ class Metrics:
         reject_doc = "Requests refused to protect the service, by reason."
         self.rejections = Family("inferpool_rejections", reject_doc, ("reason",))
         self.failures = Family("inferpool_failures", "Requests that failed, by reason.", ("reason",))
+        self.traffic = TrafficMetrics(latency, self._child)
+        """The response cache's and priority levels' (service/telemetry/traffic.py)."""
         self._values: list[float] = []
         self._files: dict[bool, SlotFile] = {}  # by "is a counter"
         if (directory := multiprocess_dir()) is None:
             families = [
                 self.requests, self.request_seconds, self.rpcs, self.rpc_seconds,
-                *self._model_families, self.rejections, self.failures,
+                *self._model_families, self.rejections, self.failures, *self.traffic.families,
             ]  # fmt: skip
             r.register(SlotCollector(families))
+            r.register(ServingProcesses(supervised=False))
         else:  # a file per type: the collector takes the type from the file's name
             for counter, kind in ((True, "counter"), (False, "histogram")):
                 self._files[counter] = SlotFile.of(os.path.join(directory, f"{kind}_inferpool_{os.getpid()}.db"))
@@ -162,7 +167,9 @@ class Metrics:
         self.door_requests = gauge("inferpool_door_requests", door, labels=())
         limit = "Requests the door admits at once before it sheds: the sum of runtimes + max_queue over the models."
         self.door_capacity = gauge("inferpool_door_capacity", limit, labels=())
-        self._door: Callable[[], tuple[int, int | None]] | None = None
+        held = "Bytes of answers the response cache holds (response_cache_mb bounds each process's)."
+        self.cache_bytes = gauge("inferpool_response_cache_bytes", held, labels=())
+        self._door: Callable[[], tuple[int, int | None, int]] | None = None
         # "version" is the server's here (it was first); the model's is "model_version".
         info_labels = ("version", "model", "model_version", "backend", "precision", "dispatch", "torch_version")
         self.info = gauge("inferpool_build_info", "Always 1; the labels say what is serving.", "max", info_labels)
@@ -192,9 +199,9 @@ class Metrics:
                 found = family.children[values] = (slots, index, family.bounds)
             return found
 
-    def watch_door(self, read: Callable[[], tuple[int, int | None]]) -> None:
-        """Where the door's count and limit come from (``Activity``); copied into their gauges
-        whenever the models' gauges are."""
+    def watch_door(self, read: Callable[[], tuple[int, int | None, int]]) -> None:
+        """Where the door's count and limit (``Activity``) and its cache's bytes come from; copied
+        into their gauges whenever the models' gauges are."""
         self._door = read
 
     def model_ready(self, model: EngineClient, server_version: str, labels: Labels) -> None:
@@ -230,9 +237,10 @@ class Metrics:
             self._count_up(self.abandoned_requests, labels, stats.abandoned)
             self._count_up(self.stopped_calls, labels, stats.stopped_calls)
             if self._door is not None:
-                inside, limit = self._door()
+                inside, limit, cached = self._door()
                 self.door_requests.set(inside)
                 self.door_capacity.set(limit or 0)
+                self.cache_bytes.set(cached)
 
     def _count_up(self, counter: Counter, labels: Labels, total: int) -> None:
         """The engine keeps running totals; a counter needs the increments since last time."""
@@ -315,6 +323,7 @@ class Metrics:
             return generate_latest(self.registry)
         merged = CollectorRegistry()
         multiprocess.MultiProcessCollector(merged, path=directory)  # type: ignore[no-untyped-call]
+        merged.register(ServingProcesses(supervised=True))
         return generate_latest(merged)
 
 

@@ -13,13 +13,10 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Request, Response
-from starlette.types import Receive, Scope
 
-from inferpool.engine.client import EngineClient, TextEmbedding, request_id
-from inferpool.engine.errors import InvalidInput
+from inferpool.engine.client import EngineClient, TextEmbedding
 from inferpool.service.apierror import ApiError
-from inferpool.service.frontdoor import Served
-from inferpool.service.http.codec import json_response, read_body
+from inferpool.service.http.codec import json_response
 from inferpool.service.http.deps import HostDep
 from inferpool.service.http.fastpath import documentation_only
 from inferpool.service.http.openai_codec import (
@@ -35,8 +32,7 @@ from inferpool.service.http.openai_spec import (
     MODEL_RESPONSES,
     MODELS_RESPONSES,
 )
-from inferpool.service.http.rawasgi import JSON, Answer, RawRoute, request_headers, timed
-from inferpool.service.timing import TIMEOUT_HEADER
+from inferpool.service.http.text_route import TextApi
 
 if TYPE_CHECKING:  # the host loads models (torch); a front end only asks it for them
     from inferpool.service.models.host import ModelHost
@@ -99,29 +95,20 @@ async def model(host: HostDep, model: str) -> Response:
     return json_response(model_object(found.name, CREATED))
 
 
-class Embeddings(RawRoute):
-    """The raw ASGI handler of ``POST /v1/embeddings``."""
-
-    async def answer(self, scope: Scope, receive: Receive) -> Answer:
-        door = self.door
-        headers = request_headers(scope)
-        received = time.perf_counter()
-        body = await read_body(
-            receive, headers.get(b"content-length"), self.max_body_bytes, headers.get(b"content-encoding")
-        )
-        request = parse_request(body)
-        model, declared = embedding_model(door.host, request.model)
-        for_model(request, model.name, declared)
-        try:
-            content, inference = await door.infer(
-                door.of(model), request.inputs, _encode, (declared, request), received=received,
-                parsed=time.perf_counter(), rid=request_id.get(), timeout=headers.get(TIMEOUT_HEADER),
-            )  # fmt: skip
-        except InvalidInput as exc:  # what the handler refuses here is always in 'input'
-            raise ApiError(400, str(exc), exc.reason, param="input") from None
-        return content, JSON, [timed(scope, inference)]
+def _embedding_model(host: ModelHost, request: EmbeddingsRequest, kind: str, route: str) -> tuple[EngineClient, Any]:
+    return embedding_model(host, request.model)
 
 
-def _encode(served: Served, outputs: Mapping[str, Any], decoded: tuple[TextEmbedding, EmbeddingsRequest]) -> bytes:
-    declared, request = decoded
-    return encode_response(served.name, outputs, declared, request)
+def _encode(
+    name: str, outputs: Mapping[str, Any], declared: TextEmbedding, request: EmbeddingsRequest, rid: str
+) -> bytes:
+    return encode_response(name, outputs, declared, request)
+
+
+def _inputs(request: EmbeddingsRequest) -> object:
+    return request.inputs
+
+
+EMBEDDINGS = TextApi("embedding", "input", parse_request, _inputs, _encode, for_model, _embedding_model)
+"""``POST /v1/embeddings`` as a text route: a model that embeds no text is a 404 here, as
+OpenAI's API says of a model it does not have (service/http/text_route.py)."""

@@ -122,6 +122,7 @@ class Infer(RawRoute):
         answer, inference = await door.infer(
             served, request.inputs, _encode, request, received=received, parsed=time.perf_counter(),
             rid=request_id.get(), timeout=headers.get(TIMEOUT_HEADER), timeout_ms=request.timeout_ms,
+            priority=request.parameters.get("priority"),
         )  # fmt: skip
         return _answer(answer, timed(scope, inference))
 
@@ -132,7 +133,8 @@ class Infer(RawRoute):
     def decode(self, served: Served, request_body: bytearray, headers: dict[bytes, bytes]) -> Decoded:
         """The lane's: the body, parsed as ``answer`` parses it."""
         request = _parsed(served, request_body, headers)
-        return Decoded(request.inputs, _encode, request, headers.get(TIMEOUT_HEADER), request.timeout_ms)
+        priority = request.parameters.get("priority")
+        return Decoded(request.inputs, _encode, request, headers.get(TIMEOUT_HEADER), request.timeout_ms, priority)
 
     def answer_of(self, encoded: tuple[bytes, int | None], timing: tuple[bytes, bytes]) -> Answer:
         return _answer(encoded, timing)

@@ -1,6 +1,8 @@
 """Every query of deploy/monitoring/dashboard.json returns data from a real Prometheus (Debian's
 binary, scrape every second) scraping a real ``inferpool serve`` after a little bounded load,
-good requests and a few bad ones. Only 127.0.0.1 is used; every wait is bounded."""
+good requests and a few bad ones. The server has its response cache on (the load repeats its
+samples: hits and misses) and two priority levels (every other request asks for the low one).
+Only 127.0.0.1 is used; every wait is bounded."""
 
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ MAX_BODY = 64 * 1024
 def _send(http: httpx2.Client, images, good: int, invalid: int, large: int) -> None:
     for i in range(good):
         samples = images[i % 16 : i % 16 + 1 + i % 3].tolist()
-        response = http.post("/predict", json={"inputs": samples})
+        response = http.post("/predict", json={"inputs": samples}, headers={"X-Request-Priority": str(1 + i % 2)})
         assert response.status_code == 200, response.text
     for _ in range(invalid):
         assert http.post("/predict", content=b"{oops").status_code == 400
@@ -36,7 +38,8 @@ def _count(result) -> float:
 
 
 def test_every_dashboard_query_returns_data(tmp_path, images):
-    with run_server(tmp_path, "--max-body-bytes", str(MAX_BODY)) as server:
+    traffic = ("--response-cache-mb", "1", "--priority-levels", "2")
+    with run_server(tmp_path, "--max-body-bytes", str(MAX_BODY), *traffic) as server:
         wait_ready(server)
         target = urlsplit(server.url).netloc
         assert target.startswith("127.0.0.1:")
@@ -48,9 +51,10 @@ def test_every_dashboard_query_returns_data(tmp_path, images):
             with httpx2.Client(base_url=server.url, timeout=30) as http:
                 # One of each first, until scraped: a counter's first sample is its baseline
                 # (Prometheus counts no increase into it), so the bulk must come after.
-                _send(http, images, 1, 1, 1)
-                prometheus.wait_for(ok, lambda r: r and _count(r) == 1, 30)
-                _send(http, images, GOOD - 1, INVALID_JSON - 1, TOO_LARGE - 1)
+                # Two good ones: each priority level's series starts before the bulk too.
+                _send(http, images, 2, 1, 1)
+                prometheus.wait_for(ok, lambda r: r and _count(r) == 2, 30)
+                _send(http, images, GOOD - 2, INVALID_JSON - 1, TOO_LARGE - 1)
             prometheus.wait_for(ok, lambda r: r and _count(r) == GOOD, 30)
             time.sleep(2.5)  # two more scrapes after the load
             at = time.time()

@@ -8,7 +8,7 @@ import pytest
 import tritonclient.grpc as triton_grpc
 
 from inferpool.harness.server import REPO_ROOT, free_port, run_server, wait_ready
-from tests.support.minilm_reference import LONG, SENTENCES, cosines, reference
+from tests.support.minilm_reference import LONG, SENTENCES, cosines, reference, token_ids
 
 CONFIG = str(REPO_ROOT / "config" / "minilm.toml")
 
@@ -100,3 +100,50 @@ def test_grpc_bytes_input_with_tritonclient(served):
         result = client.infer("minilm", [text])
     assert cosines(result.as_numpy("embedding"), reference()).min() >= 0.999
     assert result.as_numpy("truncated").tolist() == [i == LONG for i in range(len(SENTENCES))]
+
+
+def test_tei_embed_matches_sentence_transformers(server):
+    answer = httpx2.post(server.url + "/embed", json={"inputs": SENTENCES}, timeout=60)
+    assert answer.status_code == 200, answer.text
+    vectors = np.asarray(answer.json())
+    assert vectors.shape == (len(SENTENCES), 384)
+    assert cosines(vectors, reference()).min() >= 0.999
+    one = httpx2.post(server.url + "/embed", json={"inputs": SENTENCES[1], "truncate": True}, timeout=60).json()
+    assert len(one) == 1
+    assert cosines(one[0], reference()[1]) >= 0.999
+
+
+def test_tei_embed_without_normalize_is_the_pooled_vector(server):
+    answer = httpx2.post(server.url + "/embed", json={"inputs": SENTENCES[:2], "normalize": False}, timeout=60)
+    assert answer.status_code == 200, answer.text
+    raw = np.asarray(answer.json(), dtype=np.float32)
+    norms = np.linalg.norm(raw, axis=1)
+    assert (np.abs(norms - 1.0) > 0.05).all()  # mean-pooled hidden states, not unit vectors
+    assert cosines(raw / norms[:, None], reference()[:2]).min() >= 0.999
+
+
+def test_tei_tokenize_gives_the_tokenizers_ids(server):
+    answer = httpx2.post(server.url + "/tokenize", json={"inputs": SENTENCES}, timeout=60)
+    assert answer.status_code == 200, answer.text
+    rows = answer.json()
+    assert [[token["id"] for token in row] for row in rows] == token_ids(SENTENCES)
+    first = rows[1][1]  # "The", after [CLS]
+    assert (first["text"], first["start"], first["stop"], first["special"]) == ("The", 0, 3, False)
+    assert rows[1][0]["special"]
+    assert rows[1][0]["start"] is None
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "words"),
+    [
+        ("/embed", {"inputs": SENTENCES[LONG], "truncate": False}, "longer than the model's 256 tokens"),
+        ("/embed", {"inputs": "Hi.", "prompt_name": "query"}, "has no named prompts"),
+        ("/rerank", {"query": "Hi.", "texts": ["Hello."]}, "/v1/embeddings, /embed, /tokenize"),
+        ("/classify", {"input": ["Hi."]}, "minilm: /v1/embeddings, /embed, /tokenize"),
+    ],
+)
+def test_what_minilm_cannot_do_is_a_400_naming_why(server, path, body, words):
+    answer = httpx2.post(server.url + path, json=body, timeout=60)
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    assert words in (error if isinstance(error, str) else error["message"])

@@ -174,8 +174,9 @@ def test_fast_path_matches_only_the_hot_routes(client):
     fast = client.app._fast
     assert isinstance(fast, FastPath)
     assert sorted(route.path for route, _ in fast.routes) == [
-        "/predict", "/predict/{name}", "/v1/embeddings", "/v2/models/{name}/infer",
-        "/v2/models/{name}/versions/{version}/infer",
+        "/classify", "/embed", "/predict", "/predict/{name}", "/rerank", "/tokenize", "/v1/classify", "/v1/embeddings",
+        "/v1/rerank",
+        "/v2/models/{name}/infer", "/v2/models/{name}/versions/{version}/infer", "/v2/rerank",
     ]  # fmt: skip
     assert all(isinstance(route, APIRoute) for route, _ in fast.routes)
 

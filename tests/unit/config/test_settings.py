@@ -38,7 +38,7 @@ def test_priority_is_cli_then_env_then_file(monkeypatch, tmp_path):
     [
         (["--runtime.backend", "tensorrt"], f"runtime.backend 'tensorrt' is unknown; choose one of {sorted(BACKENDS)}"),
         (["--runtime.intra-op-threads", "0"], "intra_op_threads=0 is invalid: use 1 or more"),
-        (["--model", "mymodel"], "must be 'package.module:function' or a path ending in .pt2"),
+        (["--model", "mymodel"], "must be 'package.module:function', a path ending in .pt2"),
         (["--model", "missing.pt2"], "does not exist"),
         (["--port", "70000"], "less than or equal to 65535"),
         (["--latency-buckets", "[0.1, 0.01]"], "must be positive and strictly increasing"),

@@ -21,6 +21,13 @@ REQUIRED = {
     "Batch size (samples per model call)": "inferpool_batch_size_bucket",
     "Server overhead vs inference (p99)": "inferpool_server_overhead_seconds_bucket",
     "Backend, precision and dispatch in use": "inferpool_build_info",
+    "Response cache: hit ratio (per model)": "inferpool_response_cache_total",
+    "Response cache: lookups and bytes held": "inferpool_response_cache_bytes",
+    "Requests by priority level": "inferpool_priority_requests_total",
+    "Latency by priority level (p99)": "inferpool_priority_request_duration_seconds_bucket",
+    "Shed share by priority level": "inferpool_priority_requests_total",
+    "CPU per process": "inferpool_process_cpu_seconds_total",
+    "Memory per process (PSS)": "inferpool_process_pss_bytes",
 }
 
 

@@ -146,3 +146,17 @@ def test_dockerignore_keeps_the_context_small_but_everything_copied_in():
         needed += [source.rstrip("/") for source in shlex.split(copy.args)[:-1]]
     for path in needed:
         assert not ignore.excluded(path), path
+
+
+@pytest.mark.parametrize(
+    ("extras", "installed"), [("", "."), ("minilm", ".[minilm]"), ("minilm,otel", ".[minilm,otel]")]
+)
+def test_extras_build_arg_names_what_pip_installs(instructions: list[Instruction], extras: str, installed: str):
+    # The RUN line as the build's /bin/sh expands it, with EXTRAS as `--build-arg` sets it.
+    (install,) = [i.args for i in instructions if i.keyword == "RUN" and i.args.startswith("pip install ")]
+    echoed = subprocess.run(
+        ["sh", "-c", install.replace("pip install", "printf '%s\\n'", 1)],
+        env={"EXTRAS": extras}, capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    assert echoed == [installed]
+    assert _args(instructions)["EXTRAS"] == ""

@@ -31,7 +31,7 @@ from tests.support.kustomize import DEPLOY, OVERLAYS, render
 
 REPO = Path(__file__).resolve().parents[3]
 VERSIONS = ["1.33", kubernetes_validate.latest_version()]
-CRD_KINDS = {"ServiceMonitor", "InferenceService", "ServingRuntime"}
+CRD_KINDS = {"ServiceMonitor", "PrometheusRule", "InferenceService", "ServingRuntime"}
 INFLIGHT = "inferpool_inflight_requests"
 MARGIN_SECONDS = 5
 
@@ -95,7 +95,7 @@ def test_every_manifest_parses_and_names_its_resources():
     assert kinds["overlays/dev"] == ["Deployment", "Service"]
     assert kinds["overlays/production"] == ["Deployment", "HorizontalPodAutoscaler", "PodDisruptionBudget", "Service"]
     assert kinds["overlays/minilm"] == kinds["overlays/production"]
-    assert kinds["monitoring"] == ["ConfigMap", "ConfigMap", "ConfigMap", "ServiceMonitor"]
+    assert kinds["monitoring"] == ["ConfigMap", "ConfigMap", "ConfigMap", "PrometheusRule", "ServiceMonitor"]
     assert "kserve/inferenceservice.yaml" in kinds
     for name, doc in RESOURCES:
         assert {"apiVersion", "kind", "metadata"} <= doc.keys(), name

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from inferpool.engine import InvalidInput, RuntimeOptions, ServedModel, TokenIds
+from inferpool.engine.models.text_api import TextInputs
 from inferpool.engine.zoo.minilm import BUCKETS, DIMENSIONS, EXAMPLE_TEXT, HELD_OUT_TEXTS, MAX_TOKENS, MiniLMHandler
 from tests.support.minilm_reference import LONG, SENTENCES, cosines, reference, token_ids
 
@@ -63,6 +64,31 @@ def test_declares_a_text_embedding_that_takes_token_ids(handler):
     declared = handler.text_embedding
     assert (declared.dimensions, declared.embedding, declared.tokens) == (DIMENSIONS, "embedding", "tokens")
     assert (declared.token_ids, declared.max_tokens, declared.vocabulary) == (True, MAX_TOKENS, 30522)
+
+
+def test_text_inputs_are_the_text_routes_payload(handler):
+    arrays, context = handler.preprocess(TextInputs(SENTENCES[:2]))
+    plain, _ = handler.preprocess(SENTENCES[:2])
+    np.testing.assert_array_equal(arrays["input_ids"], plain["input_ids"])
+    assert handler.samples(TextInputs(SENTENCES)) == len(SENTENCES)
+    assert not context.single
+    with pytest.raises(InvalidInput, match="longer than the model's 256 tokens"):
+        handler.preprocess(TextInputs(SENTENCES, truncate=False))
+    with pytest.raises(InvalidInput, match="empty"):
+        handler.preprocess(TextInputs(["ok", " "]))
+
+
+def test_its_tokenizer_gives_ids_and_spans_as_tei_reports_them(handler):
+    [tokens] = handler.text_tokenizer.tokenize(["Hello, world"], add_special_tokens=True)
+    assert [t.id for t in tokens] == token_ids(["Hello, world"])[0]
+    assert [(t.text, t.start, t.stop, t.special) for t in tokens[1:-1]] == [
+        ("Hello", 0, 5, False),
+        (",", 5, 6, False),
+        ("world", 7, 12, False),
+    ]
+    assert (tokens[0].text, tokens[0].special, tokens[0].start) == ("[CLS]", True, None)
+    [bare] = handler.text_tokenizer.tokenize(["Hello"], add_special_tokens=False)
+    assert [t.text for t in bare] == ["Hello"]
 
 
 def test_token_ids_make_the_same_tensors_as_their_text(handler):
@@ -167,3 +193,10 @@ def test_int8_fails_the_gate_on_the_models_own_held_out_texts_and_fp32_is_served
     assert shown["gate"]["inputs"] == f"the model's {len(HELD_OUT_TEXTS)} held-out inputs"
     assert not shown["gate"]["passed"]
     assert cosines(out["embedding"], reference()).min() >= 0.999
+
+
+def test_tokenize_gives_the_ids_sentence_transformers_embeds(handler):
+    tokens = handler.text_tokenizer.tokenize(SENTENCES, add_special_tokens=True)
+    assert [[token.id for token in each] for each in tokens] == token_ids(SENTENCES)
+    assert tokens[0][0].special
+    assert (tokens[0][1].start, tokens[0][1].stop) == (0, 2)  # "hi" of "Hi."

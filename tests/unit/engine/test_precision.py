@@ -187,6 +187,17 @@ def test_gate_figures_per_item():
     assert figures.max_prob_diff is None
 
 
+def test_one_number_per_item_is_judged_by_the_calls_column_not_its_sign():
+    want = [[np.array([3.0, -1.0, 0.5, -2.0], np.float32)], [np.array([1.0], np.float32)]]
+    got = [[np.array([3.5, -0.2, 1.2, -1.0], np.float32)], [np.array([0.5], np.float32)]]
+    figures = measure(want, got, batched=True)
+    a, b = want[0][0], got[0][0]
+    assert figures.min_cosine == pytest.approx(float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b))))
+    assert figures.min_cosine is not None
+    assert figures.min_cosine < 0.95  # each score kept its sign: a per-item cosine would be 1
+    assert figures.items == 2  # the 4-score call, and the 1-score call (by its sign)
+
+
 def test_probabilities_are_judged_by_top1_agreement_not_cosine():
     want = [[np.array([[0.6, 0.4], [0.1, 0.9], [0.5, 0.5]], np.float32)]]
     got = [[np.array([[0.4, 0.6], [0.12, 0.88], [0.5, 0.5]], np.float32)]]

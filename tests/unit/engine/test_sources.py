@@ -32,7 +32,7 @@ def not_a_spec() -> object:
         ("models/resnet.pt2", "export"),
         ("legacy.ts", "torchscript"),
         ("legacy.torchscript", "torchscript"),
-        ("weights.pt", "factory"),  # not an archive suffix: read as a factory, which then fails
+        ("weights.pt", "folder"),  # no ':' and not an archive: a path, whose loader says what it takes
     ],
 )
 def test_the_suffix_picks_the_loader(source, kind):

@@ -10,6 +10,7 @@ import orjson
 import pytest
 
 from inferpool.engine import TextEmbedding, TokenIds
+from inferpool.engine.client import TextInputs
 from inferpool.service.apierror import ApiError, error_body_for
 from inferpool.service.http.openai_codec import EmbeddingsRequest, encode_response, for_model, parse_request
 
@@ -127,3 +128,15 @@ def test_errors_have_the_api_shape_under_v1_only():
         "error": "bad",
         "input": "x",
     }
+
+
+def test_a_prompt_name_sends_text_inputs_checked_against_the_models_prompts():
+    request = parse_request(orjson.dumps({"model": "m", "input": ["a", "b"], "prompt_name": "query"}))
+    assert request.inputs == TextInputs(["a", "b"], prompt_name="query")
+    for_model(request, "m", TextEmbedding(4, prompts=(("query", "q: "),)))
+    with pytest.raises(ApiError, match="has no named prompts") as refused:
+        for_model(request, "m", TextEmbedding(4))
+    assert refused.value.param == "prompt_name"
+    with pytest.raises(ApiError, match="token ids are sent whole"):
+        parse_request(orjson.dumps({"model": "m", "input": [1, 2], "prompt_name": "query"}))
+    assert parse_request(orjson.dumps({"model": "m", "input": "a", "prompt_name": None})).inputs == ["a"]

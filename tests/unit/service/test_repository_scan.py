@@ -52,6 +52,15 @@ def test_a_version_config_names_the_source_and_runtime(tmp_path):
     )
 
 
+def test_a_hugging_face_folder_is_a_version_itself_or_named_in_its_config(tmp_path):
+    (version(tmp_path, "encoder", 1, archive=False) / "config.json").write_text("{}")
+    inner = version(tmp_path, "reranker", 1, 'source = "bge"\n', archive=False) / "bge"
+    inner.mkdir()
+    found = scan(tmp_path)
+    assert found["encoder"].versions[1].source == str(tmp_path / "encoder" / "1")
+    assert found["reranker"].versions[1].source == str(inner)
+
+
 @pytest.mark.parametrize(
     ("config", "archive", "message"),
     [(None, False, "holds no model archives"), ("bogus = 1", True, "bogus: Extra inputs are not permitted"),

@@ -65,7 +65,10 @@ def test_warm_asks_predict_once_and_infer_once_per_model(digits_module, caplog):
 
 
 def test_the_uncounted_door_shares_the_records_and_not_the_counts():
-    host = SimpleNamespace(settings=SimpleNamespace(request_timeout_ms=0.0))
+    settings = SimpleNamespace(
+        request_timeout_ms=0.0, priority_levels=1, default_priority=1, response_cache_mb=0, response_cache_models=None
+    )
+    host = SimpleNamespace(settings=settings)
     door = FrontDoor(host, Metrics(), Activity())  # type: ignore[arg-type]
     twin = uncounted_door(door)
     assert twin._served is door._served

@@ -1,0 +1,93 @@
+"""The response cache: a repeated request answered with the bytes its first answer had, before
+admission, with no queue and no model call (Triton's ``response_cache``).
+
+One per serving process (a least-recently-used map bounded by the bytes of the answers it holds),
+consulted by the front door for every route that hands it a request (service/frontdoor.py), so
+that a route needs no code of its own for it. An entry's key is:
+
+- the model's record (``Served``: one per model version, so no answer crosses models or
+  versions). A serving process's models never change: a load, unload or version swap replaces
+  the processes (service/processes/model_swap.py), and a new process starts with an empty cache;
+- the route's encoder (``/predict``, v2 JSON or binary, gRPC and ``/v1/embeddings`` encode the
+  same outputs differently), and what that encoder is given besides the outputs
+  (the v2 request's id and requested outputs, the embeddings request's format and dimensions),
+  written out with the inputs;
+- the decoded inputs, written out exactly (request_digest.py).
+
+What is cached is the encoder's own product, the answer's body, so a hit is byte-identical to
+the answer it repeats. Off (``response_cache_mb = 0``), no request builds a key.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable
+from typing import Any
+
+MB = 1024 * 1024
+Key = tuple[Hashable, Hashable, bytes]
+"""(the model's record, the route's encoder, the request's decoded inputs and parameters)."""
+
+
+def size_of(answer: object) -> int | None:
+    """The bytes an answer holds: a body, a (body, header length) pair, a protobuf message; None
+    for anything else (not cached: its size cannot be bounded)."""
+    if isinstance(answer, bytes | bytearray):
+        return len(answer)
+    if isinstance(answer, tuple):
+        sizes = [size_of(part) if isinstance(part, bytes | bytearray | tuple) else 8 for part in answer]
+        return None if None in sizes else sum(s for s in sizes if s is not None)
+    byte_size = getattr(answer, "ByteSize", None)
+    return int(byte_size()) if callable(byte_size) else None
+
+
+class ResponseCache:
+    """Answers by key, evicting the least recently used first once they hold more than
+    ``max_bytes``. Thread-safe (gRPC's and the event loop's callers); the lock is uncontended
+    in a serving process, whose requests all run on its event loop."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        """What the answers held take (their bodies' and keys' sizes), at most ``max_bytes``."""
+        self._entries: OrderedDict[Key, tuple[Any, int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @classmethod
+    def of_megabytes(cls, megabytes: float) -> ResponseCache | None:
+        """The cache ``response_cache_mb`` asks for; None when it is 0 (off)."""
+        return cls(int(megabytes * MB)) if megabytes > 0 else None
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: Key) -> Any | None:
+        """The answer held for ``key`` (now the most recently used), or None."""
+        with self._lock:
+            found = self._entries.get(key)
+            if found is None:
+                return None
+            self._entries.move_to_end(key)
+            return found[0]
+
+    def put(self, key: Key, answer: object) -> bool:
+        """Hold ``answer`` for ``key``, evicting the least recently used as needed; False when it
+        is not held (larger than the whole cache, or of no known size)."""
+        size = size_of(answer)
+        if size is None:
+            return False
+        size += len(key[2])  # the key is held too (at most request_digest.DIGEST_ABOVE bytes)
+        if size > self.max_bytes:
+            return False
+        with self._lock:
+            entries = self._entries
+            old = entries.pop(key, None)
+            if old is not None:
+                self.bytes -= old[1]
+            entries[key] = (answer, size)
+            self.bytes += size
+            while self.bytes > self.max_bytes:
+                _, (_, evicted) = entries.popitem(last=False)
+                self.bytes -= evicted
+        return True

@@ -1,0 +1,47 @@
+"""The response cache and priorities the ASGI way (the app in-process: every request through the
+middleware and the raw routes, none on the lane): the same bytes for a repeat on /predict and
+v2, no-cache bypassing, a bad priority header a 400 on each infer route."""
+
+from __future__ import annotations
+
+import numpy as np
+import orjson
+import pytest
+
+from tests.integration.service.conftest import app_client, metric_total
+
+SAMPLE = orjson.dumps({"inputs": np.ones((1, 8, 8)).tolist()})
+V2 = {"inputs": [{"name": "image", "shape": [1, 1, 8, 8], "datatype": "FP32", "data": [1.0] * 64}]}
+LOOKUPS = "inferpool_response_cache_total"
+
+
+@pytest.fixture(scope="module")
+def cached():
+    with app_client("--response-cache-mb", "1", "--priority-levels", "2") as client:
+        yield client
+
+
+def _counts(client) -> tuple[float, float]:
+    text = client.get("/metrics").text
+    return metric_total(text, LOOKUPS, outcome="hit"), metric_total(text, LOOKUPS, outcome="miss")
+
+
+def test_repeats_are_the_same_bytes_from_the_cache(cached):
+    hits, misses = _counts(cached)
+    first = cached.post("/predict", content=SAMPLE)
+    again = cached.post("/predict", content=SAMPLE, headers={"X-Request-Priority": "2"})
+    assert first.status_code == again.status_code == 200
+    assert again.content == first.content
+    v2 = [cached.post("/v2/models/digits/infer", json=V2) for _ in range(2)]
+    assert v2[0].content == v2[1].content != first.content
+    bypassed = cached.post("/predict", content=SAMPLE, headers={"Cache-Control": "no-cache"})
+    assert bypassed.content == first.content
+    assert _counts(cached) == (hits + 2, misses + 2)
+
+
+@pytest.mark.parametrize("path", ["/predict", "/v2/models/digits/infer"])
+def test_a_bad_priority_header_is_a_400(cached, path):
+    body = SAMPLE if path == "/predict" else orjson.dumps(V2)
+    answer = cached.post(path, content=body, headers={"X-Request-Priority": "3"})
+    assert answer.status_code == 400
+    assert "X-Request-Priority 3 is not a level of this server" in answer.json()["error"]
