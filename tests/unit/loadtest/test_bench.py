@@ -37,6 +37,9 @@ FAMILIES = {
     "serving": {"door", "start", "wide", "processes"},
     "grpc_front": {"grpc"},
     "container": {"container"},
+    "text_peers": {"text_peers"},
+    "response_cache": {"response_cache"},
+    "priorities": {"priorities"},
 }
 
 
