@@ -9,9 +9,9 @@ module has ``<case>(argv)``, which runs it, and ``<case>_parser()``, its options
 for ``<case>`` where the case names the function otherwise, as ``Case.function`` says). Modules are
 imported only when their case runs, so ``--list`` needs neither torch nor a model.
 
-Two cases compare checkouts by running the same file against another tree's ``inferpool``, so
+Three cases compare checkouts by running the same file against another tree's ``inferpool``, so
 they also run as files and import nothing of ``loadtest`` at the top:
-``PYTHONPATH=CHECKOUT python loadtest/bench/app_cpu.py`` and ``.../engine_request.py``.
+``PYTHONPATH=CHECKOUT python loadtest/bench/app_cpu.py``, ``.../lane_cpu.py`` and ``.../engine_request.py``.
 """
 
 from __future__ import annotations
@@ -48,8 +48,15 @@ CASES: dict[str, Case] = {
     "aoti": Case("aoti", "AOTInductor (ctypes and PyTorch's loader) against eager and onnxruntime, RSS"),
     # In process: the service's own costs.
     "app_cpu": Case("app_cpu", "CPU per request through the whole ASGI app, no sockets (or the bare handler)"),
+    "lane_cpu": Case(
+        "lane_cpu", "CPU per request through the HTTP protocol and the lane in process (--stub: engine, door)"
+    ),
     "codec": Case("wire", "v2 binary vs JSON: server-side decode + encode, and end to end on a server"),
     "metrics": Case("metrics_cost", "GIL cost of the per-request metrics calls, old prometheus objects vs slots"),
+    "http_cpu": Case("http_cpu", "server tree CPU µs per request at 64 connections, no-flag server, A/B of checkouts"),
+    "fronts": Case(
+        "http_cpu", "CPU µs per /predict request: bare handler under uvicorn, a plain protocol, granian", "fronts"
+    ),
     "door_cost": Case("observability", "the door's cost per request: tracing, unsampled, access log (vs --base)"),
     # Real servers.
     "handoff": Case("handoff", "thread hand-off vs inline dispatch through the real server (wrk)"),

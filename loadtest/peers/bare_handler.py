@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -34,7 +35,8 @@ READY = b'{"status":"ready"}'
 SAMPLE_NDIM = 3  # one [1, 8, 8] image; a batch has four dimensions
 
 
-def make_app(path: str) -> Any:
+def predictor(path: str) -> Callable[[object], dict[str, Any]]:
+    """The model call: a sample or a batch as nested lists in, the outputs out."""
     model = session(path)
     input_name = model.get_inputs()[0].name
     output_names = [out.name for out in model.get_outputs()]
@@ -46,6 +48,12 @@ def make_app(path: str) -> Any:
         if single:
             return {"probabilities": probabilities[0], "label": int(label[0])}
         return {"probabilities": probabilities, "label": label}
+
+    return predict
+
+
+def make_app(path: str) -> Any:
+    predict = predictor(path)
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":

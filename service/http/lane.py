@@ -179,6 +179,7 @@ class Lane:
         # model's labels) must not stay there for every task made after it.
         self._context = contextvars.Context()
         self._eager = False
+        self._heads: dict[tuple[int, bytes], tuple[list[tuple[bytes, bytes]], bytes]] = {}
 
     def take(self, protocol: HttpToolsProtocol) -> LaneRequest | None:
         """The lane's request for the head just parsed, or None to leave it to ASGI."""
@@ -313,10 +314,7 @@ class Lane:
             self._done(request, CLIENT_CLOSED, inference)
             return
         body, content_type, extra = answer
-        head = [STATUS_LINE[status]]
-        for name, value in protocol.server_state.default_headers:
-            head += (name, b": ", value, b"\r\n")
-        head += (b"content-type: ", content_type, b"\r\ncontent-length: %d\r\n" % len(body))
+        head = [self._head(protocol.server_state.default_headers, status, content_type), b"%d\r\n" % len(body)]
         closes = not request.keep_alive or request.closes
         said = False  # whether the route's headers name the connection's fate (a 503 NotReady closes)
         for name, value in extra:
@@ -334,6 +332,19 @@ class Lane:
         if closes:
             transport.close()
         protocol.on_response_complete()
+
+    def _head(self, defaults: list[tuple[bytes, bytes]], status: int, content_type: bytes) -> bytes:
+        """An answer's head up to its content length's value: the status line, uvicorn's default
+        headers and the content type, joined once per status and type for as long as uvicorn keeps
+        the same defaults (it makes a new list when its date header moves on, once a second)."""
+        found = self._heads.get((status, content_type))
+        if found is None or found[0] is not defaults:
+            head = [STATUS_LINE[status]]
+            for name, value in defaults:
+                head += (name, b": ", value, b"\r\n")
+            head += (b"content-type: ", content_type, b"\r\ncontent-length: ")
+            found = self._heads[status, content_type] = (defaults, b"".join(head))
+        return found[1]
 
     def _done(self, request: LaneRequest, status: int, inference: Inference | None) -> None:
         """What it answered (499 instead, by its call, if its client left): counted out of the door,

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import gzip
 import re
-from typing import Any
 
 import numpy as np
 import orjson
@@ -18,6 +17,7 @@ from fastapi.testclient import TestClient
 from uvicorn.server import ServerState
 
 from inferpool.harness.payloads import Payload, digits_v2_binary, digits_v2_json
+from inferpool.harness.transport import MemoryTransport
 from inferpool.service.http import lane
 from inferpool.service.http.fastpath import InferPoolApp
 from inferpool.service.http.protocol import guarded_protocol
@@ -26,41 +26,6 @@ from tests.integration.service.conftest import app_client, metric_total
 SAMPLE = orjson.dumps({"inputs": np.zeros((1, 8, 8)).tolist()})
 KEY = "lane-key"
 VOLATILE = re.compile(rb"^(date|x-request-id|server-timing): .*$", re.MULTILINE)
-
-
-class MemoryTransport(asyncio.Transport):
-    """What a connection's protocol writes, kept; closing it tells the protocol the connection is gone."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.written = bytearray()
-        self.closed = False
-        self.protocol: asyncio.Protocol | None = None
-
-    def write(self, data: bytes | bytearray | memoryview) -> None:
-        self.written += data
-
-    def writelines(self, chunks: Any) -> None:
-        for chunk in chunks:
-            self.write(chunk)
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            if self.protocol is not None:
-                asyncio.get_running_loop().call_soon(self.protocol.connection_lost, None)
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return {"sockname": ("127.0.0.1", 8000), "peername": ("127.0.0.1", 50000)}.get(name, default)
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
 
 
 def exchange(app: InferPoolApp, *parts: bytes, answers: int | None = None) -> tuple[bytes, bool]:

@@ -28,6 +28,8 @@ FAMILIES = {
     "static": {"static"},
     "aoti": {"aoti"},
     "app_cpu": {"app_cpu"},
+    "lane_cpu": {"lane_cpu"},
+    "http_cpu": {"http_cpu", "fronts"},
     "wire": {"codec", "embeddings"},
     "metrics_cost": {"metrics"},
     "observability": {"door_cost", "observe"},
@@ -35,6 +37,9 @@ FAMILIES = {
     "serving": {"door", "start", "wide", "processes"},
     "grpc_front": {"grpc"},
     "container": {"container"},
+    "text_peers": {"text_peers"},
+    "response_cache": {"response_cache"},
+    "priorities": {"priorities"},
 }
 
 
@@ -194,10 +199,23 @@ def test_app_cpu(capsys):
     assert capsys.readouterr().out.startswith("/predict: CPU per request min")
 
 
+@pytest.mark.parametrize("stub", [[], ["--stub", "engine"], ["--stub", "door"]])
+def test_lane_cpu_answers_every_request_through_the_protocol(stub, capsys):
+    found = bench.runner("lane_cpu")(["--connections", "4", "--wakeups", "5", "--repeats", "2", *stub])
+    assert isinstance(found, list)
+    assert len(found) == 2
+    assert 0 < found[0] <= found[1]
+    assert capsys.readouterr().out.startswith("v2-json, 4 connections")
+    from inferpool.engine.serving.served import ServedModel
+    from inferpool.service.frontdoor import FrontDoor
+
+    assert ServedModel.infer_inline.__name__ == FrontDoor.infer_inline.__name__ == "infer_inline"  # as they were
+
+
 def test_app_cpu_and_engine_request_also_run_as_files_against_a_checkout():
     """``PYTHONPATH=CHECKOUT python loadtest/bench/app_cpu.py``: nothing of loadtest is imported at
     the top, so the file runs on whichever tree's inferpool comes first."""
-    for name in ("app_cpu", "engine_request"):
+    for name in ("app_cpu", "lane_cpu", "engine_request"):
         source = (REPO / "loadtest/bench" / f"{name}.py").read_text()
         assert "\nfrom loadtest" not in source
         assert "\nimport loadtest" not in source
@@ -291,3 +309,30 @@ def test_aoti_rows_are_runtime_options_the_engine_accepts():
         assert (options.backend, options.aoti_interface) == (backend, interface)
         assert options.compiled_batch_sizes == (1, 32)
     assert aoti.aoti_parser().parse_args(["--rss-child", "digits", "eager"]).rss_child == ["digits", "eager"]
+
+
+def test_http_cpu_script_sends_the_body_and_stops_after_the_count(tmp_path):
+    from inferpool.harness.payloads import digits_v2_json
+    from loadtest.bench.http_cpu import STOPPED, lua_script
+
+    payload = digits_v2_json()
+    script = lua_script(payload, 1234, tmp_path).read_text()
+    assert "answered == 1234" in script
+    assert STOPPED in script
+    assert "wrk.thread:stop()" in script
+    assert 'wrk.headers["content-type"] = "application/json"' in script
+    body = script.split('io.open("', 1)[1].split('"', 1)[0]
+    assert Path(body).read_bytes() == payload.body
+
+
+def test_a_profiled_serving_process_writes_its_profile_when_it_returns(tmp_path):
+    import pstats
+
+    from loadtest.cprofile_serve import profiled
+
+    def serve(code: int) -> int:
+        return sum(range(1000)) * 0 + code
+
+    assert profiled(serve, tmp_path)(3) == 3
+    (written,) = tmp_path.glob("serving-*.prof")
+    assert any(name == "serve" for _, _, name in pstats.Stats(str(written)).stats)  # type: ignore[attr-defined]

@@ -9,7 +9,9 @@ What is read, and where (issue 56, item 2):
   ``transport``), and the protocol's ``cycle``, ``config.app``, ``connections``, ``pipeline``,
   ``flow.resume_reading``, ``loop``, ``transport``, and overrides its parser callbacks
   (``on_message_begin``, ``on_headers_complete``, ``on_message_complete``), ``data_received``,
-  ``connection_made``/``connection_lost`` and ``send_400_response``.
+  ``connection_made``/``connection_lost``, ``send_400_response`` and ``on_response_complete``
+  (reading ``server_state.total_requests``, ``timeout_keep_alive``,
+  ``timeout_keep_alive_handler`` and ``_start_asgi_task``).
 - service/http/lane.py reads ``uvicorn.protocols.http.httptools_impl.STATUS_LINE``,
   ``uvicorn.protocols.http.flow_control.HIGH_WATER_LIMIT``, and the protocol's ``parser``,
   ``url``, ``headers``, ``root_path``, ``connections``, ``tasks``, ``transport``,

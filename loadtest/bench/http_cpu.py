@@ -1,0 +1,263 @@
+"""The server tree's CPU per HTTP request at 64 connections: what the front end costs, A against B.
+
+    python -m loadtest.bench http_cpu [--checkout NAME=PATH ...] [--requests 20000] [--rounds 5]
+
+Starts ``inferpool serve`` with no flags (digits, the default model: every serving process the
+machine's CPUs give, and their supervisor) once per ``--checkout`` (a tree whose ``inferpool``
+it imports: ``PYTHONPATH=PATH``; without one, this checkout), all at once, and loads one at a
+time with Debian's ``wrk`` (C, one thread, not counted: only the server tree is read) until
+``--requests`` answers, for each body (the v2 JSON infer and ``/predict``, as
+``inferpool.harness.payloads`` builds them). The figure is the tree's utime + stime
+(/proc/<pid>/stat of the supervisor and every serving process) across the run, divided by the
+answers: CPU µs per request. Wall-clock throughput on a shared machine is noise; CPU time per
+request much less so. Rounds interleave the checkouts (the order alternating per round) so that
+both meet the same machine; each is given as the median of its rounds, beside the load average.
+
+``python -m loadtest.bench fronts [--granian DIR]`` measures front ends the same way on
+``/predict``: the bare handler (loadtest/peers/bare_handler.py) under uvicorn's ASGI, under a plain
+asyncio protocol on httptools (loadtest/peers/bare_fronts.py: what InferPool's lane does, with
+nothing of InferPool's around it) and, with ``--granian DIR`` (``pip install --target DIR granian``:
+never into the product's venv), under granian's ASGI and RSGI; InferPool with no flags beside them.
+
+The A/B of two revisions: ``git worktree add /tmp/before REV`` and
+``--checkout before=/tmp/before --checkout after=.``. ``--profile DIR``: the serving processes run
+under cProfile on their thread's CPU clock (loadtest/cprofile_serve.py), and the functions that
+took the most of it are listed per checkout at the end (their split, not their real cost: the
+profiler's own cost per call inflates every figure, the CPU µs per request too).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pstats
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+from inferpool.harness.payloads import Payload, digits_json, digits_v2_json
+from inferpool.harness.server import Command, Server, inferpool_serve, launch, python_module
+from loadtest.bench import case_parser
+from loadtest.cprofile_serve import DIRECTORY
+from loadtest.procs import tree_cpu_seconds
+from loadtest.wrk import WRK
+
+BODIES = {"v2-json": digits_v2_json, "predict": digits_json}
+ROOT = Path(__file__).resolve().parents[2]
+SETTLE_SECONDS = 0.5
+"""After wrk stops: the answers still in flight when it closed its connections are counted too."""
+STOP_AFTER = """
+local answered = 0
+response = function(status, headers, body)
+  answered = answered + 1
+  if answered == {requests} then
+    io.write("STOPPED\\n")
+    io.flush()
+    wrk.thread:stop()
+  end
+end
+"""
+STOPPED = "STOPPED"
+"""What the script prints when it stops: wrk itself would sleep out its duration, so it is interrupted
+(SIGINT ends wrk's sleep; it then prints its summary)."""
+
+
+def lua_script(payload: Payload, requests: int, directory: Path) -> Path:
+    """wrk's script: ``payload`` on every connection, stopping after ``requests`` answers."""
+    body = directory / f"{abs(hash(payload.body))}.bin"
+    body.write_bytes(payload.body)
+    lines = [f'local f = io.open("{body}", "rb")', f'wrk.method = "{payload.method}"', "wrk.body = f:read('*a')"]
+    lines += ["f:close()", *(f'wrk.headers["{name}"] = "{value}"' for name, value in payload.headers)]
+    path = body.with_suffix(f".{requests}.lua")
+    path.write_text("\n".join(lines) + STOP_AFTER.format(requests=requests))
+    return path
+
+
+def answered(server: Server, payload: Payload, script: Path, connections: int, seconds: int) -> int:
+    """One wrk run against ``server``: the 2xx answers it counted (it fails on any other)."""
+    argv = [WRK, "-t1", f"-c{connections}", f"-d{seconds}s", "--timeout", "10s", "-s", str(script)]
+    with subprocess.Popen([*argv, server.url + payload.path], stdout=subprocess.PIPE, text=True) as wrk:
+        assert wrk.stdout is not None
+        lines = []
+        for line in wrk.stdout:
+            lines.append(line)
+            if line.strip() == STOPPED:
+                wrk.send_signal(signal.SIGINT)
+        if wrk.wait() != 0:
+            raise RuntimeError(f"wrk failed ({wrk.returncode}):\n{''.join(lines)}")
+    out = "".join(lines)
+    if "Non-2xx" in out or "Socket errors" in out:
+        raise RuntimeError(f"{server.name}: errors under load:\n{out}")
+    for line in out.splitlines():
+        words = line.split()
+        if len(words) > 1 and words[1] == "requests" and words[0].isdigit():  # "20000 requests in 2.1s, ..."
+            return int(words[0])
+    raise RuntimeError(f"wrk printed no request count:\n{out}")
+
+
+def cpu_us_per_request(server: Server, payload: Payload, script: Path, connections: int, seconds: int) -> float:
+    pid = server.process.pid
+    before = tree_cpu_seconds(pid)
+    count = answered(server, payload, script, connections, seconds)
+    time.sleep(SETTLE_SECONDS)
+    return (tree_cpu_seconds(pid) - before - SETTLE_SECONDS * idle_cpu(server)) / count * 1e6
+
+
+_idle: dict[int, float] = {}
+
+
+def idle_cpu(server: Server) -> float:
+    """The tree's CPU seconds per second with no load (its timers, the supervisor's checks)."""
+    pid = server.process.pid
+    if pid not in _idle:
+        before = tree_cpu_seconds(pid)
+        time.sleep(2.0)
+        _idle[pid] = (tree_cpu_seconds(pid) - before) / 2.0
+    return _idle[pid]
+
+
+def http_cpu_parser() -> argparse.ArgumentParser:
+    parser = case_parser("http_cpu", __doc__)
+    parser.add_argument(
+        "--checkout", action="append", default=[], metavar="NAME=PATH",
+        help="a tree to serve from (PYTHONPATH=PATH); repeat for an A/B; default: this checkout",
+    )  # fmt: skip
+    parser.add_argument("--body", action="append", choices=sorted(BODIES), help="default: both")
+    parser.add_argument("--requests", type=int, default=20_000, help="answers per run")
+    parser.add_argument("--warmup", type=int, default=3_000, help="answers before each run, not measured")
+    parser.add_argument("--connections", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--max-seconds", type=int, default=120, help="a run's cap, should the server stall")
+    parser.add_argument("--profile", type=Path, metavar="DIR", help="serve under cProfile, its files in DIR/<checkout>")
+    parser.add_argument("--top", type=int, default=40, help="with --profile: the functions listed per checkout")
+    return parser
+
+
+def serve_command(profile: Path | None, name: str) -> tuple[Command, dict[str, str]]:
+    """How a checkout is served: ``inferpool serve``, or under cProfile into ``profile/name``."""
+    if profile is None:
+        return inferpool_serve(program=(sys.executable, "-m", "inferpool")), {}
+    program = (sys.executable, "-m", "loadtest.cprofile_serve")
+    return inferpool_serve(program=program), {DIRECTORY: str((profile / name).resolve())}
+
+
+def print_profile(directory: Path, name: str, top: int) -> None:
+    """The ``top`` functions by their own thread CPU, summed over the checkout's serving processes."""
+    files = sorted(map(str, directory.glob("serving-*.prof")))
+    if not files:
+        print(f"{name}: no profile in {directory} (did the serving processes stop cleanly?)")
+        return
+    print(f"\n{name}: own thread CPU by function, {len(files)} serving processes ({directory})")
+    pstats.Stats(*files).sort_stats("tottime").print_stats(top)
+
+
+def fronts_parser() -> argparse.ArgumentParser:
+    parser = case_parser("fronts", __doc__)
+    parser.add_argument("--granian", type=Path, metavar="DIR", help="where granian is installed (pip --target)")
+    parser.add_argument("--requests", type=int, default=20_000, help="answers per run")
+    parser.add_argument("--warmup", type=int, default=3_000, help="answers before each run, not measured")
+    parser.add_argument("--connections", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--max-seconds", type=int, default=120, help="a run's cap, should the server stall")
+    return parser
+
+
+def _granian(interface: str, app: str) -> Command:
+    return lambda port: [
+        sys.executable, "-m", "granian", "--interface", interface, "--workers", "2", "--loop", "uvloop",
+        "--no-ws", "--log-level", "warning", "--host", "127.0.0.1", "--port", str(port), app,
+    ]  # fmt: skip
+
+
+GRANIAN_FRONTS = {
+    "granian asgi": _granian("asgi", "loadtest.peers.bare_handler:app"),
+    "granian rsgi": _granian("rsgi", "loadtest.peers.bare_fronts:rsgi_app"),
+}
+
+
+def front_commands(granian: Path | None) -> dict[str, tuple[Command, dict[str, str], str]]:
+    """Each front end: its command, its environment and its readiness path."""
+    from loadtest.peers.bare_handler import ONNX_ENV, export
+
+    bare = {ONNX_ENV: export()}  # the workers load the file; torch only here, once
+    fronts: dict[str, tuple[Command, dict[str, str], str]] = {
+        "uvicorn asgi": (python_module("loadtest.peers.bare_handler"), bare, "/"),
+        "plain protocol": (python_module("loadtest.peers.bare_fronts"), bare, "/"),
+    }
+    if granian is not None:
+        path = os.pathsep.join([str(granian.resolve()), str(ROOT), os.environ.get("PYTHONPATH", "")])
+        fronts |= {name: (command, bare | {"PYTHONPATH": path}, "/") for name, command in GRANIAN_FRONTS.items()}
+    fronts["inferpool"] = (inferpool_serve(program=(sys.executable, "-m", "inferpool")), {}, "/health/ready")
+    return fronts
+
+
+def fronts(argv: list[str] | None = None) -> dict[str, list[float]]:
+    """CPU µs per /predict request of each round, by front end."""
+    args = fronts_parser().parse_args(argv)
+    if args.granian is None:
+        print("granian left out: pip install --target DIR granian, then --granian DIR")
+    payload = digits_json()
+    found: dict[str, list[float]] = {}
+    print(f"load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+    with ExitStack() as stack, tempfile.TemporaryDirectory() as scratch:
+        servers = {
+            name: stack.enter_context(launch(command, name=name, env=env, ready_path=ready))
+            for name, (command, env, ready) in front_commands(args.granian).items()
+        }
+        warmup, measured = (lua_script(payload, count, Path(scratch)) for count in (args.warmup, args.requests))
+        for round_ in range(args.rounds):
+            for name, server in list(servers.items())[:: 1 if round_ % 2 == 0 else -1]:
+                idle_cpu(server)
+                answered(server, payload, warmup, args.connections, args.max_seconds)
+                us = cpu_us_per_request(server, payload, measured, args.connections, args.max_seconds)
+                found.setdefault(name, []).append(us)
+                print(f"round {round_ + 1} {name:15s} {us:7.1f} µs/request", flush=True)
+    print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"/predict, server tree CPU µs per request, {args.connections} connections, median (min-max):")
+    for name, values in found.items():
+        print(f"  {name:15s} {statistics.median(values):7.1f} ({min(values):.1f}-{max(values):.1f})")
+    return found
+
+
+def http_cpu(argv: list[str] | None = None) -> dict[str, dict[str, list[float]]]:
+    """CPU µs per request of each round, by body and checkout."""
+    args = http_cpu_parser().parse_args(argv)
+    checkouts = dict(item.split("=", 1) for item in args.checkout) or {"this": str(ROOT)}
+    bodies = {name: BODIES[name]() for name in args.body or BODIES}
+    found: dict[str, dict[str, list[float]]] = {body: {name: [] for name in checkouts} for body in bodies}
+    print(f"load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+    with ExitStack() as stack, tempfile.TemporaryDirectory() as scratch:
+        servers = {}
+        for name, path in checkouts.items():
+            command, env = serve_command(args.profile, name)
+            env["PYTHONPATH"] = str(Path(path).resolve())
+            servers[name] = stack.enter_context(launch(command, name=name, env=env))
+        scripts = {
+            (body, count): lua_script(payload, count, Path(scratch))
+            for body, payload in bodies.items()
+            for count in (args.warmup, args.requests)
+        }
+        for round_ in range(args.rounds):
+            order = list(servers.items())[:: 1 if round_ % 2 == 0 else -1]
+            for body, payload in bodies.items():
+                for name, server in order:
+                    idle_cpu(server)
+                    run = (server, payload)
+                    answered(*run, scripts[body, args.warmup], args.connections, args.max_seconds)
+                    us = cpu_us_per_request(*run, scripts[body, args.requests], args.connections, args.max_seconds)
+                    found[body][name].append(us)
+                    print(f"round {round_ + 1} {body:8s} {name:10s} {us:7.1f} µs/request", flush=True)
+    print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"server tree CPU µs per request, {args.connections} connections, median (min-max) of {args.rounds} rounds:")
+    for body, rows in found.items():
+        for name, values in rows.items():
+            print(f"  {body:8s} {name:10s} {statistics.median(values):7.1f} ({min(values):.1f}-{max(values):.1f})")
+    if args.profile is not None:
+        for name in checkouts:
+            print_profile(args.profile / name, name, args.top)
+    return found
