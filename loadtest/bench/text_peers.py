@@ -64,6 +64,7 @@ def text_peers_parser() -> argparse.ArgumentParser:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--only", default=",".join(FOLDERS), help="folders to run, comma-separated")
+    parser.add_argument("--inferpool-args", default="", help="more `inferpool serve` flags, space-separated")
     return parser
 
 
@@ -122,7 +123,7 @@ def body(name: str) -> Payload:
 
 
 @contextlib.contextmanager
-def servers(name: str, folder: Path, infinity_python: str) -> Iterator[dict[str, Server]]:
+def servers(name: str, folder: Path, infinity_python: str, flags: list[str]) -> Iterator[dict[str, Server]]:
     infinity = Path(infinity_python).parent / "infinity_emb"
     onnx = infinity_copy(name, folder, infinity_python)
     pooling = ["--pooling-method", "cls"] if FOLDERS[name] == "embed" else []
@@ -132,7 +133,7 @@ def servers(name: str, folder: Path, infinity_python: str) -> Iterator[dict[str,
         *pooling, "--host", "127.0.0.1", "--log-level", "warning",
     ]  # fmt: skip
     with (
-        launch(inferpool_serve("--model", str(folder)), name=f"inferpool {name}", ready_timeout=600) as ours,
+        launch(inferpool_serve("--model", str(folder), *flags), name=f"inferpool {name}", ready_timeout=600) as ours,
         launch(
             lambda port: [*infinity_args, "--port", str(port)],
             name=f"infinity {name}",
@@ -153,7 +154,7 @@ def text_peers(argv: list[str] | None = None) -> int:
     for name in args.only.split(","):
         payload = body(name)
         runs: dict[tuple[str, int], list[dict[str, Any]]] = {}
-        with servers(name, paths[name], args.infinity_python) as running:
+        with servers(name, paths[name], args.infinity_python, args.inferpool_args.split()) as running:
             for level in levels:
                 for round_ in range(args.rounds):
                     order = list(running) if round_ % 2 == 0 else list(reversed(running))
