@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from inferpool.engine.models.handlers import Handler, TextEmbedding, TokenIds
 from inferpool.engine.models.text_api import (
+    ACTIVATIONS,
     TextClassification,
     TextInputs,
     TextPairs,
@@ -40,6 +41,7 @@ MIN_FLOOR_MS = 1
 each model's ``deadline_floor_ms`` is at least this (inferpool.engine.plan.deadline_floor)."""
 
 __all__ = [
+    "ACTIVATIONS",
     "MIN_FLOOR_MS",
     "NOT_BLANK",
     "Array",

@@ -18,11 +18,31 @@ Whatever a handler refuses (a text over ``max_tokens`` with ``truncate`` off, an
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
-ACTIVATIONS = ("softmax", "sigmoid")
-"""How a classifier's logits become scores: one label per text (softmax) or several (sigmoid)."""
+import numpy as np
+import numpy.typing as npt
+
+Scores = npt.NDArray[Any]
+
+
+def sigmoid(logits: Scores) -> Scores:
+    result: Scores = 1.0 / (1.0 + np.exp(-np.asarray(logits, dtype=np.float64)))
+    return result
+
+
+def softmax(logits: Scores) -> Scores:
+    shifted = np.asarray(logits, dtype=np.float64)
+    shifted = np.exp(shifted - shifted.max(axis=-1, keepdims=True))
+    result: Scores = shifted / shifted.sum(axis=-1, keepdims=True)
+    return result
+
+
+ACTIVATIONS: dict[str, Callable[[Scores], Scores]] = {"softmax": softmax, "sigmoid": sigmoid}
+"""How a classifier's logits become scores (float64): one label per text (softmax) or several
+(sigmoid). A cross-encoder's relevance score is the sigmoid of its logit."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,16 +24,22 @@ def bad(message: str, param: str | None) -> ApiError:
     return ApiError(400, message, INVALID, param=param)
 
 
+def json_object(body: bytes | bytearray, example: str) -> dict[str, Any]:
+    """The body as a JSON object, or a 400 saying it is not one (``example``: what one looks like)."""
+    try:
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise bad(f"request body is not valid JSON: {exc}", None) from None
+    if not isinstance(payload, dict):
+        raise bad(f"request body must be a JSON object like {example}", None)
+    return payload
+
+
 class BodyFields:
     """One request's JSON object; ``fields`` are the names its route takes (others are refused)."""
 
     def __init__(self, body: bytes | bytearray, fields: tuple[str, ...], example: str) -> None:
-        try:
-            payload = orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
-            raise bad(f"request body is not valid JSON: {exc}", None) from None
-        if not isinstance(payload, dict):
-            raise bad(f"request body must be a JSON object like {example}", None)
+        payload = json_object(body, example)
         unknown = [name for name in payload if name not in fields]
         if unknown:
             raise bad(f"unknown field {unknown[0]!r}; this route takes {', '.join(fields)}", unknown[0])

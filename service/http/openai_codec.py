@@ -15,17 +15,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import orjson
 
 from inferpool.engine.client import Array, TextEmbedding, TextInputs, TokenIds
-from inferpool.service.apierror import ApiError
+from inferpool.service.http.body_fields import bad, json_object
 from inferpool.service.http.codec import encode_json
 from inferpool.service.http.text_scores import check_prompt
 from inferpool.service.v2.codec import whole_number
 
 FIELDS = ("input", "model", "encoding_format", "dimensions", "user", "prompt_name")
 ENCODINGS = ("float", "base64")
-_BAD = "invalid_input"
 _INPUT_SHAPES = "a string, a list of strings, a list of token ids, or a list of lists of token ids"
 
 
@@ -39,14 +37,10 @@ class EmbeddingsRequest:
     """Truncate each embedding to this many values and re-normalise it (None: the model's own)."""
 
 
-def bad(message: str, param: str | None) -> ApiError:
-    return ApiError(400, message, _BAD, param=param)
-
-
 def parse_request(body: bytes | bytearray) -> EmbeddingsRequest:
     """The body as the API defines it; ``user`` is accepted and not used. A null optional field
     counts as absent (clients built on the API's own models send them so)."""
-    payload = _object(body)
+    payload = json_object(body, '{"model": "...", "input": "text"}')
     unknown = [name for name in payload if name not in FIELDS]
     if unknown:
         raise bad(f"unrecognized request argument {unknown[0]!r}; this route takes {', '.join(FIELDS)}", unknown[0])
@@ -79,16 +73,6 @@ def _prompted(inputs: list[str] | TokenIds, payload: Mapping[str, Any]) -> list[
     if isinstance(inputs, TokenIds):
         raise bad("'prompt_name' prefixes texts; token ids are sent whole, so leave it out", "prompt_name")
     return TextInputs(inputs, prompt_name=prompt)
-
-
-def _object(body: bytes | bytearray) -> Mapping[str, Any]:
-    try:
-        payload = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise bad(f"request body is not valid JSON: {exc}", None) from None
-    if not isinstance(payload, dict):
-        raise bad('request body must be a JSON object like {"model": "...", "input": "text"}', None)
-    return payload
 
 
 def _inputs(value: object) -> list[str] | TokenIds:

@@ -4,35 +4,17 @@ prompt a request names checked against the embedder's."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
-from inferpool.engine.client import Array, TextClassification, TextEmbedding
+from inferpool.engine.client import ACTIVATIONS, Array, TextClassification, TextEmbedding
 from inferpool.service.http.body_fields import bad
-
-
-def sigmoid(logits: Array) -> Array:
-    result: Array = 1.0 / (1.0 + np.exp(-np.asarray(logits, dtype=np.float64)))
-    return result
-
-
-def softmax(logits: Array) -> Array:
-    shifted = np.asarray(logits, dtype=np.float64)
-    shifted = np.exp(shifted - shifted.max(axis=-1, keepdims=True))
-    result: Array = shifted / shifted.sum(axis=-1, keepdims=True)
-    return result
-
-
-ACTIVATIONS: dict[str, Callable[[Array], Array]] = {"softmax": softmax, "sigmoid": sigmoid}
-"""A classifier's logits to scores, by its declared ``activation`` (text_api.ACTIVATIONS)."""
 
 
 def ranked(logits: Array, raw: bool, top: int | None = None) -> list[tuple[int, float]]:
     """(text index, score) best first, ties in the texts' order: the score the logit itself
     (``raw``) or its sigmoid, the relevance probability TEI and Cohere answer with."""
     values = np.asarray(logits, dtype=np.float64).reshape(-1)
-    scores = values if raw else sigmoid(values)
+    scores = values if raw else ACTIVATIONS["sigmoid"](values)
     order = np.argsort(-values, kind="stable")[:top]
     return [(int(index), float(scores[index])) for index in order]
 

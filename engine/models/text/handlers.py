@@ -24,7 +24,7 @@ from inferpool.engine.models.handlers import Handler, TextEmbedding, TokenIds
 from inferpool.engine.models.text import payloads
 from inferpool.engine.models.text.folder import FolderModel
 from inferpool.engine.models.text.tokenizing import Encoded, FolderTokenizer
-from inferpool.engine.models.text_api import TextClassification, TextInputs, TextPairs, TextRerank
+from inferpool.engine.models.text_api import ACTIVATIONS, TextClassification, TextInputs, TextPairs, TextRerank
 from inferpool.engine.schema import Array
 
 
@@ -163,13 +163,6 @@ class CrossEncoderHandler(FolderHandler):
         return self.answer({"score": outputs["score"]}, context)
 
 
-def _activation(logits: Array, activation: str) -> Array:
-    if activation == "sigmoid":
-        return np.asarray(1 / (1 + np.exp(-logits)))
-    shifted = np.exp(logits - logits.max(-1, keepdims=True))
-    return np.asarray(shifted / shifted.sum(-1, keepdims=True))
-
-
 class ClassifierHandler(FolderHandler):
     request_schema: ClassVar[dict[str, Any]] = payloads.TEXT_REQUEST_SCHEMA
     response_schema: ClassVar[dict[str, Any]] = {
@@ -198,7 +191,7 @@ class ClassifierHandler(FolderHandler):
 
     def postprocess(self, outputs: Mapping[str, Array], context: object) -> dict[str, Array]:
         logits = np.asarray(outputs["logits"], dtype=np.float32)
-        scores = _activation(logits, self.found.activation).astype(np.float32)
+        scores = ACTIVATIONS[self.found.activation](logits).astype(np.float32)
         return self.answer({"logits": logits, "scores": scores}, context)
 
 
