@@ -16,11 +16,16 @@ starts no thread, and the standby's thread is stopped around the fork. The child
 same log handlers, and its failure is the start's: it logs it as the supervisor would have, and
 the supervisor exits with its status.
 
-A start the child cannot help loads in this process as before, builders and all:
+A start the child cannot help, or that would pay too much for it, loads in this process as
+before, builders and all:
+- its models are heavy (``HEAVY_MODEL_MB``): decided at the first builder import, by how much
+  the load had grown the process by then, so nothing of the load is lost;
 - its cache directory cannot be written (nothing the child built would reach the supervisor);
-- its warm load imports builders anyway (backend ``static``, ``aoti``, a ``.pt2`` source: each
-  calls torch.export at every start). The first such start pays the child for nothing, then
-  notes it in the cache (``*.builds-every-start``) so that later starts skip the child.
+- its warm load compiles with builders anyway (backend ``static`` or ``aoti``: torch.export at
+  every start). The first such start pays the child for nothing, then notes it in the cache
+  (``*.builds-every-start``) so that later starts skip the child.
+Builders the model's own code imports (transformers' BertModel imports sympy and torch._dynamo)
+are the model's: they are neither refused nor avoidable (builders.py, ``COMPILERS``).
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 
 from inferpool.service.processes.backlog_answers import Standby
-from inferpool.service.processes.builders import BuildersNeeded, builders_loaded, builders_refused
+from inferpool.service.processes.builders import BuildersNeeded, watching_builders
 from inferpool.service.processes.parent_death import die_with_parent
 from inferpool.service.readiness import Readiness
 
@@ -43,6 +48,11 @@ log = logging.getLogger(__name__)
 Load = Callable[[], int]
 """Loads the models in this process: 0, or the exit status of a failed start (already logged)."""
 EVERY_START_SUFFIX = ".builds-every-start"
+HEAVY_MODEL_MB = 64
+"""A load whose peak memory grew by more than this before its first build (the model read, its
+weights) builds in this process, keeping the builders: the builder child costs a warm load more,
+about as long as reading the model again (ResNet-50: +135 MB, a warm load of seconds; MiniLM:
++237 MB, ~25 s), and the ~150 MB of builders are then less than the model. digits grows by ~13 MB."""
 
 
 def load_lean(load: Load, build: Load, caches: Collection[Path], identity: str, listener: socket.socket) -> int:
@@ -56,8 +66,13 @@ def load_lean(load: Load, build: Load, caches: Collection[Path], identity: str, 
         if marker is None or marker.exists():
             return load()
         try:
-            with builders_refused():
-                return load()
+            with watching_builders(refuse=True, allow_over_mb=HEAVY_MODEL_MB) as watch:
+                code = load()
+            if watch.heavy:
+                log.info("the models grew this process by over %d MB before their first build: built in "
+                         "this process, keeping the builders (%s); a builder child would cost one more "
+                         "load of them", HEAVY_MODEL_MB, ", ".join(watch.compiled))  # fmt: skip
+            return code
         except BuildersNeeded as needed:
             log.info("the compile cache lacks this start's artifacts (%s would be imported): "
                      "building them in a child process", needed)  # fmt: skip
@@ -66,9 +81,10 @@ def load_lean(load: Load, build: Load, caches: Collection[Path], identity: str, 
         standby = Standby(listener, Readiness.LOADING)
         if code != 0:
             return code
-        code = load()
-        if code == 0 and (kept := builders_loaded()):
-            _note_every_start(marker, kept)
+        with watching_builders(refuse=False) as watch:
+            code = load()
+        if code == 0 and watch.compiled:
+            _note_every_start(marker, watch.compiled)
         return code
     finally:
         standby.stop()
@@ -115,7 +131,7 @@ def _writable(directory: Path) -> bool:
 
 
 def _note_every_start(marker: Path, kept: list[str]) -> None:
-    log.info("the warm load imports builders anyway (%s): later starts load in this process, "
+    log.info("the warm load compiles with builders anyway (%s): later starts load in this process, "
              "without a builder child (delete %s to try again)", ", ".join(kept), marker)  # fmt: skip
     try:  # its presence is the note: a half-written one says the same
         marker.parent.mkdir(parents=True, exist_ok=True)

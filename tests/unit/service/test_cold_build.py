@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from inferpool.service.processes import builders, cold_build
-from inferpool.service.processes.builders import BuildersNeeded, builders_loaded, builders_refused
+from inferpool.service.processes.builders import BuildersNeeded, builders_loaded, watching_builders
 from inferpool.service.processes.cold_build import EVERY_START_SUFFIX, load_lean
 
 BUILDER = "inferpool_test_builder"
@@ -26,11 +26,15 @@ BUILDER = "inferpool_test_builder"
 @pytest.fixture
 def builder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """A module named as the only builder, importable and not imported yet."""
-    (tmp_path / f"{BUILDER}.py").write_text("BUILT = True\n")
+    (tmp_path / BUILDER).mkdir()
+    (tmp_path / BUILDER / "__init__.py").write_text("BUILT = True\n")
+    (tmp_path / BUILDER / "part.py").write_text("PART = True\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(builders, "BUILDERS", (BUILDER,))
+    monkeypatch.setattr(builders, "COMPILERS", __name__)  # this module's loads stand for the engine's compilers
     yield
-    sys.modules.pop(BUILDER, None)
+    for name in (BUILDER, f"{BUILDER}.part"):
+        sys.modules.pop(name, None)
 
 
 @pytest.fixture
@@ -67,12 +71,22 @@ class FakeStart:
 
 def test_refused_builders_raise_past_except_exception(builder):
     assert not issubclass(BuildersNeeded, Exception)  # a backend candidate's failure handler catches those
-    with builders_refused(), pytest.raises(BuildersNeeded, match=BUILDER):
+    with watching_builders(refuse=True), pytest.raises(BuildersNeeded, match=BUILDER):
         importlib.import_module(BUILDER)
-    importlib.import_module("json")  # anything else imports as usual
+    with watching_builders(refuse=True):
+        importlib.import_module("json")  # anything else imports as usual
     assert builders_loaded() == []
-    importlib.import_module(BUILDER)  # refused only within
+    with watching_builders(refuse=False) as watch:
+        importlib.import_module(f"{BUILDER}.part")  # a module of the builder's: counted as the builder
+    assert watch.compiled == [BUILDER]  # once
+
+
+def test_a_builder_the_model_itself_imports_is_neither_refused_nor_counted(builder, monkeypatch):
+    monkeypatch.setattr(builders, "COMPILERS", "inferpool.engine.backends")  # the model's code is not in it
+    with watching_builders(refuse=True) as watch:
+        importlib.import_module(BUILDER)
     assert builders_loaded() == [BUILDER]
+    assert watch.compiled == []
 
 
 def test_a_warm_start_loads_once_here_without_a_child(builder, listener, tmp_path):
@@ -141,3 +155,15 @@ def test_a_cache_that_cannot_be_written_loads_here_without_a_child(builder, list
     assert start.loads == 1
     assert not start.built_by.exists()
     assert builders_loaded() == [BUILDER]
+
+
+def test_a_heavy_model_builds_here_at_once_keeping_the_builders(builder, listener, tmp_path, monkeypatch, caplog):
+    peaks = iter([1000.0, 1000.0 + cold_build.HEAVY_MODEL_MB + 1])  # at the watch's start, at the builder's import
+    monkeypatch.setattr(builders, "peak_rss_mb", lambda: next(peaks))
+    start = FakeStart(tmp_path / "cache")
+    with caplog.at_level(logging.INFO, logger=cold_build.__name__):
+        assert load_lean(start.load, start.build, [start.cache], "minilm", listener) == 0
+    assert start.loads == 1  # not stopped and loaded again
+    assert not start.built_by.exists()  # no child
+    assert builders_loaded() == [BUILDER]
+    assert f"built in this process, keeping the builders ({BUILDER})" in caplog.text
