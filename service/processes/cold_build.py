@@ -11,10 +11,10 @@ the model and its key: ~0.1 s for digits); the supervisor then forks a builder c
 loads without the refusal, fills the cache and exits, and the supervisor loads again, now warm.
 This replaced a restart of the whole interpreter from the filled cache (``execve``, ~1.5 s).
 
-The fork is as safe as the serving processes' are: loading runs with one intra-op thread and
-starts no thread, and the standby's thread is stopped around the fork. The child writes to the
-same log handlers, and its failure is the start's: it logs it as the supervisor would have, and
-the supervisor exits with its status.
+The fork is as safe as the serving processes' are: loading runs with one intra-op thread (no
+OpenMP region has run) and starts no thread, and the standby's thread is stopped around the
+fork. The child writes to the same log handlers, and its failure is the start's: it logs it as
+the supervisor would have, and the supervisor exits with its status.
 
 A start the child cannot help, or that would pay too much for it, loads in this process as
 before, builders and all:
@@ -49,8 +49,8 @@ Load = Callable[[], int]
 """Loads the models in this process: 0, or the exit status of a failed start (already logged)."""
 EVERY_START_SUFFIX = ".builds-every-start"
 HEAVY_MODEL_MB = 64
-"""A load whose peak memory grew by more than this before its first build (the model read, its
-weights) builds in this process, keeping the builders: the builder child costs a warm load more,
+"""A load whose peak memory grew by more than this before its first build (reading the model,
+its weights above all) builds in this process, keeping the builders: the builder child costs a warm load more,
 about as long as reading the model again (ResNet-50: +135 MB, a warm load of seconds; MiniLM:
 +237 MB, ~25 s), and the ~150 MB of builders are then less than the model. digits grows by ~13 MB."""
 
@@ -59,7 +59,7 @@ def load_lean(load: Load, build: Load, caches: Collection[Path], identity: str, 
     """``load()``, leaving no builder module imported here when the compile cache can hold what
     it builds (``build()``, in a child, fills it); the standby answers on ``listener`` meanwhile.
     ``identity`` names what is loaded (the models and their options), for the note that its warm
-    load imports builders anyway."""
+    load compiles with builders anyway."""
     marker = _every_start_marker(caches, identity)
     standby = Standby(listener, Readiness.LOADING)
     try:
@@ -68,7 +68,7 @@ def load_lean(load: Load, build: Load, caches: Collection[Path], identity: str, 
         try:
             with watching_builders(refuse=True, allow_over_mb=HEAVY_MODEL_MB) as watch:
                 code = load()
-            if watch.heavy:
+            if code == 0 and watch.heavy:
                 log.info("the models grew this process by over %d MB before their first build: built in "
                          "this process, keeping the builders (%s); a builder child would cost one more "
                          "load of them", HEAVY_MODEL_MB, ", ".join(watch.compiled))  # fmt: skip
