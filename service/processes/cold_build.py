@@ -3,7 +3,7 @@ that cache as a warm start does: the serving processes never inherit the builder
 
 The builders (service/processes/builders.py: onnx, onnxscript, sympy, torch._dynamo, ~150 MB)
 would otherwise stay in the supervisor's heap, and so in every serving process forked from it
-(the digits tree: ~390 MiB PSS after a cold start in one process, ~245 MiB after a warm one).
+(the digits tree: ~410 MB PSS after a cold start in one process, ~260 MB with the child).
 So the supervisor first loads with their import refused. A warm start (every artifact cached:
 exports, auto's choice, the precision verdict, the gate's figures) never imports them and is
 done. A cold start stops at its first builder import, which costs what came before it (reading
