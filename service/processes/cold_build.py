@@ -36,6 +36,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 from collections.abc import Callable, Collection
 from pathlib import Path
 
@@ -77,6 +78,10 @@ def load_lean(load: Load, build: Load, caches: Collection[Path], identity: str, 
             log.info("the compile cache lacks this start's artifacts (%s would be imported): "
                      "building them in a child process", needed)  # fmt: skip
         standby.stop()  # joined: no thread of ours may exist at the fork
+        if (threads := threading.enumerate()) != [threading.main_thread()]:  # a child could hang on their locks
+            log.warning("threads %s outlived the refused load: building in this process instead", threads)
+            standby = Standby(listener, Readiness.LOADING)
+            return load()
         code = build_in_child(build)
         standby = Standby(listener, Readiness.LOADING)
         if code != 0:

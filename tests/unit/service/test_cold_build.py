@@ -11,6 +11,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -167,3 +168,23 @@ def test_a_heavy_model_builds_here_at_once_keeping_the_builders(builder, listene
     assert not start.built_by.exists()  # no child
     assert builders_loaded() == [BUILDER]
     assert f"built in this process, keeping the builders ({BUILDER})" in caplog.text
+
+
+def test_a_thread_left_running_by_the_refused_load_means_no_fork(builder, listener, tmp_path, caplog):
+    stop = threading.Event()
+    start = FakeStart(tmp_path / "cache")
+    refused_load = start.load
+
+    def load_leaving_a_thread() -> int:
+        if not stop.is_set() and start.loads == 0:
+            threading.Thread(target=stop.wait, name="left-running").start()
+        return refused_load()
+
+    try:
+        assert load_lean(load_leaving_a_thread, start.build, [start.cache], "digits", listener) == 0
+    finally:
+        stop.set()
+    assert not start.built_by.exists()  # no child
+    assert start.loads == 2  # refused, then built here
+    assert builders_loaded() == [BUILDER]
+    assert "outlived the refused load: building in this process instead" in caplog.text
