@@ -33,15 +33,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import torch
 import uvicorn
 import uvloop
 from uvicorn.server import ServerState
 
 from inferpool.config import load_settings
-from inferpool.engine.serving.served import ServedModel
-import torch
-
 from inferpool.engine import ModelSpec
+from inferpool.engine.serving.served import ServedModel
 from inferpool.harness.payloads import Payload, digits_json, digits_v2_json, resnet50_v2_binary
 from inferpool.harness.transport import MemoryTransport
 from inferpool.service.app import create_app
@@ -63,6 +62,7 @@ def image_stand_in() -> ModelSpec:
         torch.nn.Linear(8, 1000), torch.nn.Softmax(1),
     ).eval()  # fmt: skip
     return ModelSpec(model, {"image": torch.zeros(1, 3, 224, 224)}, ("probabilities",), name="resnet50")
+
 
 STUBS: dict[str, tuple[type, tuple[str, ...]]] = {
     "engine": (ServedModel, ("infer_inline", "infer")),

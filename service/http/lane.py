@@ -30,7 +30,6 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 
 from inferpool.service.asked import PRIORITY_HEADER, asked_in
@@ -38,6 +37,7 @@ from inferpool.service.auth import ApiKey
 from inferpool.service.calls import CLIENT_CLOSED, HttpCall
 from inferpool.service.errors import ErrorAnswer, answer_for, unexpected
 from inferpool.service.frontdoor import Activity, Encoder, FrontDoor, Looked, Served, request_ids
+from inferpool.service.http.body_buffer import BodyBuffers
 from inferpool.service.http.codec import Disconnected
 from inferpool.service.http.middleware import SERIAL
 from inferpool.service.http.rawasgi import JSON, Answer, error_headers, server_timing
@@ -77,8 +77,14 @@ class LaneHandler(Protocol):
         """The model its matched path names (NotReady, or 404 for one not served)."""
         ...
 
-    def decode(self, served: Served, request_body: bytearray, headers: dict[bytes, bytes]) -> Decoded:
+    def decode(self, served: Served, request_body: bytearray | memoryview, headers: dict[bytes, bytes]) -> Decoded:
         """The whole body, decoded for ``served`` (a 4xx error for a bad one)."""
+        ...
+
+    def data_offset(self, headers: dict[bytes, bytes], length: int) -> int | None:
+        """Where binary tensor data starts in a body of ``length`` bytes with these headers, if it
+        has any: the lane reads such a body into a buffer that puts that byte on an aligned
+        address (service/http/body_buffer.py), and ``decode`` gets a memoryview of it."""
         ...
 
     def answer_of(self, encoded: Any, timing: tuple[bytes, bytes]) -> Answer:
@@ -116,13 +122,13 @@ class LaneRequest(HttpCall):
     request, as before the envelope."""
 
     __slots__ = (
-        "body", "found", "handler", "headers", "keep_alive", "lane", "message_event", "more_body", "protocol",
-        "queued", "response_complete", "task",
+        "body", "filled", "found", "handler", "headers", "keep_alive", "lane", "message_event", "more_body",
+        "protocol", "queued", "response_complete", "task",
     )  # fmt: skip
 
     def __init__(
         self, lane: Lane, protocol: HttpToolsProtocol, route: LaneRoute, found: re.Match[bytes],
-        headers: dict[bytes, bytes], keep_alive: bool,
+        headers: dict[bytes, bytes], keep_alive: bool, length: int,
     ) -> None:  # fmt: skip
         label = route.labels[found.group(found.re.groups) is not None]
         HttpCall.__init__(self, lane.activity, lane.metrics, time.perf_counter(), label)
@@ -132,7 +138,9 @@ class LaneRequest(HttpCall):
         self.found = found
         self.headers = headers
         self.keep_alive = keep_alive
-        self.body = bytearray()
+        offset = route.handler.data_offset(headers, length)
+        self.body: bytearray | memoryview = bytearray() if offset is None else lane.buffers.take(length, offset)
+        self.filled = 0
         self.more_body = True
         self.response_complete = False
         self.queued = False
@@ -140,6 +148,20 @@ class LaneRequest(HttpCall):
         """What answers it, for a model on worker threads: cancelled if its client leaves first."""
         self.message_event = self
         self.identify(headers.get(b"x-request-id"), lane.ids)
+
+    def fill(self, chunk: bytes) -> None:
+        """The parser's next piece of the body (service/http/protocol.py calls this instead of
+        uvicorn's ``on_body``, which would pause reading past 64 KiB until an ASGI ``receive()``:
+        a wake-up and two system calls for each 64 KiB of a large body)."""
+        if self.response_complete:  # its client left; the rest of the body goes nowhere
+            return
+        body = self.body
+        if type(body) is bytearray:
+            body += chunk
+            return
+        filled = self.filled
+        end = self.filled = filled + len(chunk)
+        body[filled:end] = chunk
 
     def set(self) -> None:
         """uvicorn's signal: more body came, the body is complete, or the client left."""
@@ -168,8 +190,9 @@ class Lane:
         self.routes = routes
         self.activity = activity
         self.metrics = metrics
-        # uvicorn pauses reading past HIGH_WATER_LIMIT until a receive() that never comes here.
-        self.max_body = min(max_body_bytes, HIGH_WATER_LIMIT)
+        # A larger body goes the ASGI way, which answers its 413.
+        self.max_body = max_body_bytes
+        self.buffers = BodyBuffers()
         self.auth = auth
         self.cors = cors
         self.ids = request_ids(SERIAL)
@@ -207,7 +230,7 @@ class Lane:
         if activity.full(activity.level_of(headers.get(PRIORITY_HEADER))) is not None:
             return None
         keep_alive = parser.get_http_version() != "1.0" and parser.should_keep_alive()
-        return LaneRequest(self, protocol, route, found, headers, keep_alive)
+        return LaneRequest(self, protocol, route, found, headers, keep_alive, int(length))
 
     def enqueue(self, request: LaneRequest) -> None:
         """Its body is all here: counted in at the door, answered at this wake-up's end."""
@@ -352,3 +375,7 @@ class Lane:
         request.response_complete = True
         request.inference = inference
         request.finish(status)
+        body = request.body
+        if type(body) is memoryview:  # its buffer, for a later body once this one's arrays are gone
+            request.body = bytearray()
+            self.buffers.give_back(body)

@@ -43,7 +43,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResp
 from inferpool.service.apierror import closing_error
 
 if TYPE_CHECKING:  # imported by the CLI before the metrics' directory is set: nothing that imports them
-    from inferpool.service.http.lane import Lane
+    from inferpool.service.http.lane import Lane, LaneRequest
 
 # A body up to this size is joined to the head it follows (one copy, one write); a larger one goes
 # out by writelines, without the copy.
@@ -140,6 +140,7 @@ def guarded_protocol(read_timeout: float, max_connections: int) -> type[asyncio.
         _headers_in = False
         _one_write: OneWriteTransport | None = None
         _lane: Lane | None = None
+        _filling: LaneRequest | None = None  # the lane's request whose body is being read, if one is
         # The keep-alive timeout the same way: uvicorn makes a timer at every answer and cancels it
         # at the next request's first bytes (a TimerHandle made and cancelled per request); here one
         # timer per connection, ``_idle_due`` when the connection idled too long (None: it is busy).
@@ -177,6 +178,7 @@ def guarded_protocol(read_timeout: float, max_connections: int) -> type[asyncio.
         def on_message_begin(self) -> None:
             super().on_message_begin()
             self._headers_in = False
+            self._filling = None
             self._arm()
 
         def on_headers_complete(self) -> None:
@@ -186,6 +188,7 @@ def guarded_protocol(read_timeout: float, max_connections: int) -> type[asyncio.
                 taken = lane.take(self)
                 if taken is not None:
                     self.cycle = taken  # type: ignore[assignment]
+                    self._filling = taken
                     return
             super().on_headers_complete()
             cycle = self.cycle
@@ -196,6 +199,13 @@ def guarded_protocol(read_timeout: float, max_connections: int) -> type[asyncio.
                 one_write = self._one_write = OneWriteTransport(self.transport)
             cycle.transport = one_write  # type: ignore[assignment]
             cycle.scope[ONE_WRITE] = one_write  # type: ignore[literal-required]
+
+        def on_body(self, body: bytes) -> None:
+            filling = self._filling
+            if filling is None:
+                super().on_body(body)
+            else:  # read whole, without pausing (LaneRequest.fill says why)
+                filling.fill(body)
 
         def on_message_complete(self) -> None:
             self._due = None  # the request is in; uvicorn's keep-alive timer takes over after it

@@ -8,12 +8,11 @@ What is read, and where (issue 56, item 2):
   and reads ``RequestResponseCycle`` (its ``scope``, ``disconnected``, ``response_complete``,
   ``transport``), and the protocol's ``cycle``, ``config.app``, ``connections``, ``pipeline``,
   ``flow.resume_reading``, ``loop``, ``transport``, and overrides its parser callbacks
-  (``on_message_begin``, ``on_headers_complete``, ``on_message_complete``), ``data_received``,
+  (``on_message_begin``, ``on_headers_complete``, ``on_body``, ``on_message_complete``), ``data_received``,
   ``connection_made``/``connection_lost``, ``send_400_response`` and ``on_response_complete``
   (reading ``server_state.total_requests``, ``timeout_keep_alive``,
   ``timeout_keep_alive_handler`` and ``_start_asgi_task``).
-- service/http/lane.py reads ``uvicorn.protocols.http.httptools_impl.STATUS_LINE``,
-  ``uvicorn.protocols.http.flow_control.HIGH_WATER_LIMIT``, and the protocol's ``parser``,
+- service/http/lane.py reads ``uvicorn.protocols.http.httptools_impl.STATUS_LINE``, and the protocol's ``parser``,
   ``url``, ``headers``, ``root_path``, ``connections``, ``tasks``, ``transport``,
   ``server_state.default_headers`` and ``on_response_complete``; its ``LaneRequest`` stands in
   for a ``RequestResponseCycle`` (``message_event``, ``more_body``, ``body``,
