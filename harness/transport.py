@@ -17,7 +17,6 @@ class MemoryTransport(asyncio.Transport):
         self.written = bytearray()
         self.writes = 0
         self.closed = False
-        self.paused = False
         self.protocol: asyncio.Protocol | None = None
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
@@ -42,7 +41,7 @@ class MemoryTransport(asyncio.Transport):
         return {"sockname": ("127.0.0.1", 8000), "peername": ("127.0.0.1", 50000)}.get(name, default)
 
     def pause_reading(self) -> None:
-        self.paused = True
+        pass
 
     def resume_reading(self) -> None:
-        self.paused = False
+        pass

@@ -163,6 +163,22 @@ class LaneRequest(HttpCall):
         end = self.filled = filled + len(chunk)
         body[filled:end] = chunk
 
+    def fill_directly(self, data: bytes) -> int:
+        """The rest of an aligned body (a memoryview), taken from a socket read without the parser
+        (service/http/protocol.py): how many of ``data``'s bytes were its. The parser would copy
+        each piece into a bytes object of its own first: 600 KB more copied per ResNet-50 image."""
+        body = self.body
+        filled = self.filled
+        taken = min(len(data), len(body) - filled)
+        end = self.filled = filled + taken
+        body[filled:end] = data if taken == len(data) else memoryview(data)[:taken]
+        return taken
+
+    def filled_directly(self) -> bool:
+        """Whether the rest of its body is to be read by ``fill_directly``: an aligned body, not all in."""
+        body = self.body
+        return type(body) is memoryview and self.filled < len(body) and not self.response_complete
+
     def set(self) -> None:
         """uvicorn's signal: more body came, the body is complete, or the client left."""
         if self.response_complete:

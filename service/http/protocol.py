@@ -38,6 +38,7 @@ import asyncio
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
+import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from inferpool.service.apierror import closing_error
@@ -141,6 +142,9 @@ def guarded_protocol(read_timeout: float, max_connections: int) -> type[asyncio.
         _one_write: OneWriteTransport | None = None
         _lane: Lane | None = None
         _filling: LaneRequest | None = None  # the lane's request whose body is being read, if one is
+        # The lane's request whose aligned body the socket's reads go straight into, past the parser
+        # (LaneRequest.fill_directly): once its head and the start of its body are parsed.
+        _direct: LaneRequest | None = None
         # The keep-alive timeout the same way: uvicorn makes a timer at every answer and cancels it
         # at the next request's first bytes (a TimerHandle made and cancelled per request); here one
         # timer per connection, ``_idle_due`` when the connection idled too long (None: it is busy).
@@ -157,6 +161,7 @@ def guarded_protocol(read_timeout: float, max_connections: int) -> type[asyncio.
             self._arm()
 
         def connection_lost(self, exc: Exception | None) -> None:
+            self._direct = None
             self._disarm()
             self._idle_due = None
             if self._idle is not None:
@@ -173,7 +178,22 @@ def guarded_protocol(read_timeout: float, max_connections: int) -> type[asyncio.
             self._idle_due = None  # busy again: the idle timer, if still set, lets the connection be
             if self._headers_in and self._due is not None:
                 self._arm()  # a body is arriving: the gap starts again
+            direct = self._direct
+            if direct is not None:
+                taken = direct.fill_directly(data)
+                if direct.filled_directly():
+                    return
+                self._direct = None
+                # The parser still counts down the body it never saw: the next request gets a new one.
+                self.parser = httptools.HttpRequestParser(self)
+                self.on_message_complete()
+                if taken == len(data):
+                    return
+                data = memoryview(data)[taken:]  # type: ignore[assignment]  # pipelined behind it
             super().data_received(data)
+            filling = self._filling
+            if filling is not None and filling.filled_directly() and not self.transport.is_closing():
+                self._direct = filling
 
         def on_message_begin(self) -> None:
             super().on_message_begin()

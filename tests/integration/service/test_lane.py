@@ -319,3 +319,14 @@ def test_a_client_gone_halfway_through_a_large_body_is_counted_499(roomy):
     answer, _ = exchange(roomy, post(path, body, *headers)[: -len(body) // 2], answers=0)
     assert answer == b""
     assert roomy.state.activity.active == 0
+
+
+def test_a_request_in_the_same_read_as_the_end_of_a_large_body_is_parsed_afresh(roomy):
+    # The body's tail goes into its buffer past the parser; the next request's head follows it.
+    path, body, headers = payload(images_v2_binary("tail"))
+    first = post(path, body, *headers, "x-request-id: a")
+    then = post("/predict", SAMPLE, "x-request-id: b") + post(path, body, *headers, "x-request-id: c")
+    answer, closed = exchange(roomy, first[:1000], first[1000:50_000], first[50_000:] + then[:5000], then[5000:])
+    assert re.findall(rb"x-request-id: (\w)\r\n", answer) == [b"a", b"b", b"c"]
+    assert re.findall(rb"HTTP/1.1 (\d+)", answer) == [b"200", b"200", b"200"]
+    assert not closed
