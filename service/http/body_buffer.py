@@ -25,6 +25,9 @@ import numpy.typing as npt
 
 ALIGNMENT = 64
 """A cache line, and a multiple of every datatype's size (the engine's own buffers use the same)."""
+SMALLEST = 64 * 1024
+"""A smaller body is read into a bytearray as before: its misaligned copy costs less than a
+buffer's bookkeeping, and it is read in one or two pieces anyway."""
 SIZE_STEP = 64 * 1024
 """Buffers come in multiples of this, so that bodies of nearly the same size share them."""
 KEEP_BYTES = 32 * 1024 * 1024

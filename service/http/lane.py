@@ -37,7 +37,7 @@ from inferpool.service.auth import ApiKey
 from inferpool.service.calls import CLIENT_CLOSED, HttpCall
 from inferpool.service.errors import ErrorAnswer, answer_for, unexpected
 from inferpool.service.frontdoor import Activity, Encoder, FrontDoor, Looked, Served, request_ids
-from inferpool.service.http.body_buffer import BodyBuffers
+from inferpool.service.http.body_buffer import SMALLEST, BodyBuffers
 from inferpool.service.http.codec import Disconnected
 from inferpool.service.http.middleware import SERIAL
 from inferpool.service.http.rawasgi import JSON, Answer, error_headers, server_timing
@@ -138,7 +138,7 @@ class LaneRequest(HttpCall):
         self.found = found
         self.headers = headers
         self.keep_alive = keep_alive
-        offset = route.handler.data_offset(headers, length)
+        offset = None if length < SMALLEST else route.handler.data_offset(headers, length)
         self.body: bytearray | memoryview = bytearray() if offset is None else lane.buffers.take(length, offset)
         self.filled = 0
         self.more_body = True
