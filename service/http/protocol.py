@@ -192,7 +192,12 @@ def guarded_protocol(read_timeout: float, max_connections: int) -> type[asyncio.
                 data = memoryview(data)[taken:]  # type: ignore[assignment]  # pipelined behind it
             super().data_received(data)
             filling = self._filling
-            if filling is not None and filling.filled_directly() and not self.transport.is_closing():
+            if (
+                filling is not None
+                and filling.more_body
+                and filling.filled_directly()
+                and not self.transport.is_closing()
+            ):
                 self._direct = filling
 
         def on_message_begin(self) -> None:
