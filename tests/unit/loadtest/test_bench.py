@@ -216,6 +216,7 @@ def test_lane_cpu_answers_every_request_through_the_protocol(stub, capsys):
 def test_lane_cpu_feeds_resnet_bodies_in_socket_sized_pieces(capsys):
     argv = ["--body", "resnet-v2-binary", "--stub", "engine", "--chunk", "65536"]
     found = bench.runner("lane_cpu")([*argv, "--connections", "2", "--wakeups", "3", "--repeats", "2"])
+    assert isinstance(found, list)
     assert len(found) == 2
     assert 0 < found[0] <= found[1]
     assert "resnet-v2-binary, 2 connections, engine stubbed, 65536-byte pieces" in capsys.readouterr().out
