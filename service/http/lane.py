@@ -37,7 +37,7 @@ from inferpool.service.auth import ApiKey
 from inferpool.service.calls import CLIENT_CLOSED, HttpCall
 from inferpool.service.errors import ErrorAnswer, answer_for, unexpected
 from inferpool.service.frontdoor import Activity, Encoder, FrontDoor, Looked, Served, request_ids
-from inferpool.service.http.body_buffer import SMALLEST, BodyBuffers
+from inferpool.service.http.body_buffer import SMALLEST, BodyBuffers, LaneBody
 from inferpool.service.http.codec import Disconnected
 from inferpool.service.http.middleware import SERIAL
 from inferpool.service.http.rawasgi import JSON, Answer, error_headers, server_timing
@@ -122,8 +122,8 @@ class LaneRequest(HttpCall):
     request, as before the envelope."""
 
     __slots__ = (
-        "body", "filled", "found", "handler", "headers", "keep_alive", "lane", "message_event", "more_body",
-        "protocol", "queued", "response_complete", "task",
+        "body", "found", "handler", "headers", "keep_alive", "lane", "message_event", "more_body", "protocol",
+        "queued", "response_complete", "task",
     )  # fmt: skip
 
     def __init__(
@@ -139,8 +139,7 @@ class LaneRequest(HttpCall):
         self.headers = headers
         self.keep_alive = keep_alive
         offset = None if length < SMALLEST else route.handler.data_offset(headers, length)
-        self.body: bytearray | memoryview = bytearray() if offset is None else lane.buffers.take(length, offset)
-        self.filled = 0
+        self.body = LaneBody.of(lane.buffers, length, offset)
         self.more_body = True
         self.response_complete = False
         self.queued = False
@@ -148,36 +147,6 @@ class LaneRequest(HttpCall):
         """What answers it, for a model on worker threads: cancelled if its client leaves first."""
         self.message_event = self
         self.identify(headers.get(b"x-request-id"), lane.ids)
-
-    def fill(self, chunk: bytes) -> None:
-        """The parser's next piece of the body (service/http/protocol.py calls this instead of
-        uvicorn's ``on_body``, which would pause reading past 64 KiB until an ASGI ``receive()``:
-        a wake-up and two system calls for each 64 KiB of a large body)."""
-        if self.response_complete:  # its client left; the rest of the body goes nowhere
-            return
-        body = self.body
-        if type(body) is bytearray:
-            body += chunk
-            return
-        filled = self.filled
-        end = self.filled = filled + len(chunk)
-        body[filled:end] = chunk
-
-    def fill_directly(self, data: bytes) -> int:
-        """The rest of an aligned body (a memoryview), taken from a socket read without the parser
-        (service/http/protocol.py): how many of ``data``'s bytes were its. The parser would copy
-        each piece into a bytes object of its own first: 600 KB more copied per ResNet-50 image."""
-        body = self.body
-        filled = self.filled
-        taken = min(len(data), len(body) - filled)
-        end = self.filled = filled + taken
-        body[filled:end] = data if taken == len(data) else memoryview(data)[:taken]
-        return taken
-
-    def filled_directly(self) -> bool:
-        """Whether the rest of its body is to be read by ``fill_directly``: an aligned body, not all in."""
-        body = self.body
-        return type(body) is memoryview and self.filled < len(body) and not self.response_complete
 
     def set(self) -> None:
         """uvicorn's signal: more body came, the body is complete, or the client left."""
@@ -286,7 +255,7 @@ class Lane:
         handler = request.handler
         try:
             served = handler.resolve(request.found)
-            call = handler.decode(served, request.body, request.headers)
+            call = handler.decode(served, request.body.data, request.headers)
             if served.model.inline:
                 encoded, inference = handler.door.infer_inline(
                     served, call.inputs, call.encode, call.decoded, received=request.started,
@@ -391,7 +360,4 @@ class Lane:
         request.response_complete = True
         request.inference = inference
         request.finish(status)
-        body = request.body
-        if type(body) is memoryview:  # its buffer, for a later body once this one's arrays are gone
-            request.body = bytearray()
-            self.buffers.give_back(body)
+        request.body.give_back(self.buffers)

@@ -143,7 +143,7 @@ def guarded_protocol(read_timeout: float, max_connections: int) -> type[asyncio.
         _lane: Lane | None = None
         _filling: LaneRequest | None = None  # the lane's request whose body is being read, if one is
         # The lane's request whose aligned body the socket's reads go straight into, past the parser
-        # (LaneRequest.fill_directly): once its head and the start of its body are parsed.
+        # (LaneBody.fill_directly): once its head and the start of its body are parsed.
         _direct: LaneRequest | None = None
         # The keep-alive timeout the same way: uvicorn makes a timer at every answer and cancels it
         # at the next request's first bytes (a TimerHandle made and cancelled per request); here one
@@ -180,8 +180,8 @@ def guarded_protocol(read_timeout: float, max_connections: int) -> type[asyncio.
                 self._arm()  # a body is arriving: the gap starts again
             direct = self._direct
             if direct is not None:
-                taken = direct.fill_directly(data)
-                if direct.filled_directly():
+                taken = direct.body.fill_directly(data)
+                if direct.body.waiting():
                     return
                 self._direct = None
                 # The parser still counts down the body it never saw: the next request gets a new one.
@@ -195,7 +195,8 @@ def guarded_protocol(read_timeout: float, max_connections: int) -> type[asyncio.
             if (
                 filling is not None
                 and filling.more_body
-                and filling.filled_directly()
+                and filling.body.waiting()
+                and not filling.response_complete
                 and not self.transport.is_closing()
             ):
                 self._direct = filling
@@ -229,8 +230,10 @@ def guarded_protocol(read_timeout: float, max_connections: int) -> type[asyncio.
             filling = self._filling
             if filling is None:
                 super().on_body(body)
-            else:  # read whole, without pausing (LaneRequest.fill says why)
-                filling.fill(body)
+            elif not filling.response_complete:  # its client left: the rest goes nowhere
+                # Read whole, without pausing: uvicorn's on_body pauses reading past 64 KiB until an
+                # ASGI receive(), a wake-up and two system calls for each 64 KiB of a large body.
+                filling.body.fill(body)
 
         def on_message_complete(self) -> None:
             self._due = None  # the request is in; uvicorn's keep-alive timer takes over after it

@@ -16,7 +16,7 @@ What is read, and where (issue 56, item 2):
 - service/http/lane.py reads ``uvicorn.protocols.http.httptools_impl.STATUS_LINE``, and the protocol's ``parser``,
   ``url``, ``headers``, ``root_path``, ``connections``, ``tasks``, ``transport``,
   ``server_state.default_headers`` and ``on_response_complete``; its ``LaneRequest`` stands in
-  for a ``RequestResponseCycle`` (``message_event``, ``more_body``, ``body``,
+  for a ``RequestResponseCycle`` (``message_event``, ``more_body``,
   ``disconnected``, ``response_complete``, ``keep_alive``).
 - service/processes/spread.py subclasses the protocol class again (``eof_received``,
   ``connection_lost``, ``on_headers_complete``) and reads ``cycle.keep_alive``.
