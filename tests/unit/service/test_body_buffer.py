@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from inferpool.service.http.body_buffer import ALIGNMENT, SIZE_STEP, BodyBuffers
+from inferpool.service.http.body_buffer import ALIGNMENT, SIZE_STEP, SMALLEST, BodyBuffers, LaneBody
 
 
 def test_the_data_offset_lands_on_an_aligned_address_and_the_buffer_is_writable():
@@ -49,3 +49,28 @@ def test_the_free_list_keeps_at_most_its_bytes():
     for body in taken:
         buffers.give_back(body)
     assert buffers.kept == 2 * SIZE_STEP
+
+
+def test_a_lane_body_fills_from_the_parser_then_directly_and_leaves_what_follows():
+    buffers = BodyBuffers()
+    body = LaneBody.of(buffers, SMALLEST + 10, 5)
+    assert body.waiting()
+    body.fill(b"a" * 1000)  # the parser's piece, with the head
+    read = b"b" * (SMALLEST - 990) + b"POST /next"  # the rest of the body, then the next request
+    assert body.fill_directly(read) == SMALLEST - 990
+    assert not body.waiting()
+    assert bytes(body.data) == b"a" * 1000 + b"b" * (SMALLEST - 990)
+    body.give_back(buffers)
+    assert body.data == bytearray()
+    assert buffers.kept > 0
+
+
+def test_a_body_without_binary_data_grows_a_bytearray_and_takes_no_buffer():
+    buffers = BodyBuffers()
+    body = LaneBody.of(buffers, SMALLEST * 2, None)
+    body.fill(b"{")
+    body.fill(b"}")
+    assert body.data == bytearray(b"{}")
+    assert not body.waiting()
+    body.give_back(buffers)
+    assert buffers.kept == 0
