@@ -51,6 +51,7 @@ CASES: dict[str, Case] = {
     "lane_cpu": Case(
         "lane_cpu", "CPU per request through the HTTP protocol and the lane in process (--stub: engine, door)"
     ),
+    "cache_cpu": Case("cache_cpu", "CPU per request of the response cache (all misses or all hits) against it off"),
     "codec": Case("wire", "v2 binary vs JSON: server-side decode + encode, and end to end on a server"),
     "metrics": Case("metrics_cost", "GIL cost of the per-request metrics calls, old prometheus objects vs slots"),
     "http_cpu": Case("http_cpu", "server tree CPU µs per request at 64 connections, no-flag server, A/B of checkouts"),

@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import inspect
+import itertools
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -130,47 +131,62 @@ def pieces(request: bytes, chunk: int) -> list[bytes]:
     return [request[start : start + chunk] for start in range(0, len(request), chunk)]
 
 
-async def measure(
-    app: Any, request: bytes, connections: int, wakeups: int, repeats: int, chunk: int = 0
-) -> list[float]:
-    config = uvicorn.Config(app, lifespan="off", log_config=None)
-    config.load()
-    state = ServerState()
-    state.default_headers = [(b"date", b"Sun, 06 Dec 2026 00:00:00 GMT"), (b"server", b"uvicorn")]
-    protocol_class = guarded_protocol(10.0, connections + 1)
-    opened = []
-    for _ in range(connections):
-        protocol = protocol_class(config=config, server_state=state, app_state={})  # type: ignore[call-arg]
-        transport = PausingTransport(keep=False)
-        protocol.connection_made(transport)
-        opened.append((protocol, transport))
+class Connections:
+    """``count`` in-memory connections on the protocol class ``inferpool serve`` runs, answers
+    only counted."""
 
-    parts = pieces(request, chunk)
+    def __init__(self, app: Any, count: int) -> None:
+        config = uvicorn.Config(app, lifespan="off", log_config=None)
+        config.load()
+        state = ServerState()
+        state.default_headers = [(b"date", b"Sun, 06 Dec 2026 00:00:00 GMT"), (b"server", b"uvicorn")]
+        protocol_class = guarded_protocol(10.0, count + 1)
+        self.opened = []
+        for _ in range(count):
+            protocol = protocol_class(config=config, server_state=state, app_state={})  # type: ignore[call-arg]
+            transport = PausingTransport(keep=False)
+            protocol.connection_made(transport)
+            self.opened.append((protocol, transport))
 
-    async def run(rounds: int) -> int:
-        """``rounds`` requests on each connection; a request of several pieces takes as many
-        wake-ups (more while its connection is paused)."""
+    async def run(self, requests: Iterator[bytes], rounds: int, chunk: int = 0) -> int:
+        """``rounds`` requests on each connection, each the next of ``requests``; a request of
+        several pieces takes as many wake-ups (more while its connection is paused)."""
+        opened = self.opened
         before = sum(transport.writes for _, transport in opened)
-        left = [len(parts) * rounds] * connections
-        while any(left):
+        left = [rounds] * len(opened)
+        pending: list[list[bytes]] = [[] for _ in opened]  # each connection's request's pieces to come, last first
+        while any(left) or any(pending):
             for index, (protocol, transport) in enumerate(opened):
-                if left[index] and not transport.paused:
-                    protocol.data_received(parts[-left[index] % len(parts)])
+                if transport.paused:
+                    continue
+                if not pending[index]:
+                    if not left[index]:
+                        continue
+                    pending[index] = pieces(next(requests), chunk)[::-1]
                     left[index] -= 1
+                protocol.data_received(pending[index].pop())
             await asyncio.sleep(0)  # the lane answers the wake-up's requests at its end
         for _ in range(3):  # answers on tasks (the ASGI path) take a few more turns of the loop
             await asyncio.sleep(0)
         return sum(transport.writes for _, transport in opened) - before
 
-    await run(20)  # warm
-    found = []
-    for _ in range(repeats):
+    async def cpu_per_request(self, requests: Iterator[bytes], rounds: int, chunk: int = 0) -> float:
+        """The process CPU µs per request of ``run``; exits unless every request was answered."""
         started = time.process_time()
-        answered = await run(wakeups)
-        found.append((time.process_time() - started) / answered * 1e6)
-        if answered != wakeups * connections:
-            raise SystemExit(f"{answered} answers to {wakeups * connections} requests")
-    return sorted(found)
+        answered = await self.run(requests, rounds, chunk)
+        spent = (time.process_time() - started) / answered * 1e6
+        if answered != rounds * len(self.opened):
+            raise SystemExit(f"{answered} answers to {rounds * len(self.opened)} requests")
+        return spent
+
+
+async def measure(
+    app: Any, request: bytes, connections: int, wakeups: int, repeats: int, chunk: int = 0
+) -> list[float]:
+    opened = Connections(app, connections)
+    same = itertools.repeat(request)
+    await opened.run(same, 20, chunk)  # warm
+    return sorted([await opened.cpu_per_request(same, wakeups, chunk) for _ in range(repeats)])
 
 
 def lane_cpu_parser() -> argparse.ArgumentParser:

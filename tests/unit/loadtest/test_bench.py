@@ -29,6 +29,7 @@ FAMILIES = {
     "aoti": {"aoti"},
     "app_cpu": {"app_cpu"},
     "lane_cpu": {"lane_cpu"},
+    "cache_cpu": {"cache_cpu"},
     "http_cpu": {"http_cpu", "fronts"},
     "wire": {"codec", "embeddings"},
     "metrics_cost": {"metrics"},

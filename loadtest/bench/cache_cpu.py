@@ -1,0 +1,143 @@
+"""CPU per request of the response cache against the cache off, in process (the lane, as lane_cpu).
+
+    python -m loadtest.bench cache_cpu [--traffic miss|hit] [--cache-mb 0 1 64] [--body v2-json|predict]
+    python -m loadtest.bench cache_cpu --profile 64      # where a miss's CPU goes, at a 64 MB cache
+
+Serves the default model (digits, one process) through ``--connections`` in-memory connections
+on the server's own protocol class (``loadtest.bench lane_cpu``), and reports the process CPU
+per request (``time.process_time``, which other load on a shared machine disturbs less than
+req/s) for each ``response_cache_mb`` of ``--cache-mb``, in interleaved rounds, their medians.
+0 is the cache off. Each round of a size starts with a new cache filled to its bound by other
+requests (each sent twice, so that it is kept), as a long-running server's is, and drops it after.
+
+``--traffic miss``: every request a new image (none repeats, no hit is possible): what a miss
+costs, which should be within the rounds' spread of the cache off. ``hit``: ``--hot`` images
+over and over: what a hit costs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import itertools
+import statistics
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import uvloop
+
+from inferpool.config import load_settings
+from inferpool.harness.payloads import Payload, json_request, v2_request
+from inferpool.service.app import create_app
+from inferpool.service.frontdoor import FrontDoor
+from inferpool.service.response_cache import ResponseCache
+from loadtest.bench import case_parser
+from loadtest.bench.lane_cpu import Connections
+
+BODIES: dict[str, Callable[[np.ndarray[Any, Any]], Payload]] = {
+    "v2-json": lambda image: v2_request("digits", {"image": image.astype(np.float32)}, binary=False),
+    "predict": lambda image: json_request(image[0]),
+}
+FULL = 0.97
+"""A cache holding this share of its bound counts as filled."""
+
+
+def images(body: str, seed: int) -> Iterator[bytes]:
+    """Requests of new 8x8 digit images (pixel values 0..16), without end: none repeats."""
+    rng = np.random.default_rng(seed)
+    make = BODIES[body]
+    while True:
+        for image in rng.integers(0, 17, size=(1024, 1, 1, 8, 8)):
+            yield make(image).encode("127.0.0.1", 8000)
+
+
+def cache_cpu_parser() -> argparse.ArgumentParser:
+    parser = case_parser("cache_cpu", __doc__)
+    parser.add_argument("--traffic", choices=("miss", "hit"), default="miss")
+    parser.add_argument("--cache-mb", type=float, nargs="+", default=[0.0, 1.0, 64.0])
+    parser.add_argument("--body", choices=sorted(BODIES), default="v2-json")
+    parser.add_argument("--connections", type=int, default=64)
+    parser.add_argument("--wakeups", type=int, default=100, help="loop wake-ups a round, a request per connection")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--hot", type=int, default=256, help="with --traffic hit: the images repeated")
+    parser.add_argument("--profile", type=float, metavar="MB", help="profile one round at this size instead")
+    return parser
+
+
+class Rounds:
+    def __init__(self, app: Any, args: argparse.Namespace) -> None:
+        self.door: FrontDoor = app.state.door
+        self.args = args
+        self.opened = Connections(app, args.connections)
+        self.new = images(args.body, seed=1)
+        self.hot = itertools.cycle(list(itertools.islice(images(args.body, seed=2), args.hot)))
+
+    async def fill(self, megabytes: float) -> None:
+        """A new cache of ``megabytes`` (none at 0), filled to its bound by requests sent twice."""
+        door = self.door
+        door.cache = ResponseCache.of_megabytes(megabytes)
+        cache = door.cache
+        while cache is not None and cache.bytes < FULL * cache.max_bytes:
+            chunk = list(itertools.islice(self.new, len(self.opened.opened) * 8))
+            for _ in range(2):
+                await self.opened.run(iter(chunk), 8)
+        await self.opened.run(self.traffic(20), 20)  # warm (and, for hits, the hot images held)
+
+    def traffic(self, wakeups: int) -> Iterator[bytes]:
+        """The requests of ``wakeups``, made before they are sent (their making is not measured)."""
+        source = self.new if self.args.traffic == "miss" else self.hot
+        return iter(list(itertools.islice(source, wakeups * len(self.opened.opened))))
+
+    async def once(self, megabytes: float) -> float:
+        await self.fill(megabytes)
+        traffic = self.traffic(self.args.wakeups)
+        try:
+            return await self.opened.cpu_per_request(traffic, self.args.wakeups)
+        finally:
+            self.door.cache = None
+            gc.collect()
+
+    async def all(self) -> dict[float, list[float]]:
+        found: dict[float, list[float]] = {size: [] for size in self.args.cache_mb}
+        for _ in range(self.args.rounds):
+            for size in self.args.cache_mb:
+                found[size].append(await self.once(size))
+        return found
+
+    async def profile(self, megabytes: float) -> None:
+        import cProfile
+        import pstats
+
+        await self.fill(megabytes)
+        traffic = self.traffic(self.args.wakeups)
+        profiler = cProfile.Profile()
+        profiler.enable()
+        await self.opened.run(traffic, self.args.wakeups)
+        profiler.disable()
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
+
+
+def cache_cpu(argv: list[str] | None = None) -> dict[float, list[float]]:
+    """CPU µs per request of each round, by cache size (MB; 0 = off)."""
+    args = cache_cpu_parser().parse_args(argv)
+    sizes = [size for size in args.cache_mb if size > 0] or [1.0]
+    app = create_app(load_settings(None, ["--workers", "1", "--response-cache-mb", str(sizes[0])]))
+    host = app.state.host
+    host.start()  # the lifespan's work, without a server to run it
+    host.wait_loaded(120)
+    try:
+        rounds = Rounds(app, args)
+        if args.profile is not None:
+            uvloop.run(rounds.profile(args.profile))
+            return {}
+        found = uvloop.run(rounds.all())
+    finally:
+        host.close()
+    off = statistics.median(found[0.0]) if 0.0 in found else None
+    for size, spent in found.items():
+        median = statistics.median(spent)
+        name = "off" if size == 0 else f"{size:g} MB"
+        versus = f" ({median / off:.2f}x off)" if off else ""
+        print(f"{args.traffic}, {args.body}, cache {name}: CPU per request median {median:.1f} µs{versus}")
+    return found
