@@ -22,7 +22,7 @@ from inferpool.engine.client import EngineClient, Prediction, room
 from inferpool.engine.errors import DeadlineBelowFloor, Overloaded
 from inferpool.service.asked import asked
 from inferpool.service.priorities import Priorities
-from inferpool.service.request_digest import request_digest
+from inferpool.service.request_digest import request_digest, sighting
 from inferpool.service.response_cache import Key, ResponseCache
 from inferpool.service.telemetry.logs import model_served
 from inferpool.service.telemetry.metrics import Inference, Labels, Metrics
@@ -142,6 +142,7 @@ class FrontDoor:
         activity.priorities = self.priorities
         self.cache = ResponseCache.of_megabytes(settings.response_cache_mb)
         self._cached_models = settings.response_cache_models
+        self._key_prefixes: dict[tuple[Served, Encoder[Any, Any]], bytes] = {}
         self._served: dict[EngineClient, Served] = {}
 
     def add(self, model: EngineClient) -> Served:
@@ -247,15 +248,29 @@ class FrontDoor:
         cache = self.cache
         if cache is None or not served.cached or what.no_cache:
             return level, None, None
+        seen = sighting(inputs)
+        if seen is None:
+            return level, None, None
+        if cache.doorkeeper.first_sighting(seen):  # not kept: no key to build, nothing to look up
+            self.metrics.traffic.cached(served.name, MISS)
+            return level, None, None
         digest = request_digest(inputs, decoded)
         if digest is None:
             return level, None, None
-        key = (served, encode, digest)
+        key = self._key_prefix(served, encode) + digest
         found = cache.get(key)
         self.metrics.traffic.cached(served.name, MISS if found is None else HIT)
         if found is not None and level:
             self.metrics.traffic.prioritised(level, ANSWERED, 0.0)
         return level, key, found
+
+    def _key_prefix(self, served: Served, encode: Encoder[Any, Any]) -> bytes:
+        """The four bytes that stand for ``served`` and ``encode`` in a response cache key."""
+        pair = (served, encode)
+        found = self._key_prefixes.get(pair)
+        if found is None:
+            found = self._key_prefixes[pair] = len(self._key_prefixes).to_bytes(4, "little")
+        return found
 
     def hit(self, served: Served, received: float, parsed: float) -> Inference:
         """A cached answer's phases: its decoding only (no queue, no model, no encoding)."""

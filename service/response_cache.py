@@ -5,29 +5,35 @@ One per serving process (a least-recently-used map bounded by the bytes of the a
 consulted by the front door for every route that hands it a request (service/frontdoor.py), so
 that a route needs no code of its own for it. An entry's key is:
 
-- the model's record (``Served``: one per model version, so no answer crosses models or
-  versions). A serving process's models never change: a load, unload or version swap replaces
-  the processes (service/processes/model_swap.py), and a new process starts with an empty cache;
-- the route's encoder (``/predict``, v2 JSON or binary, gRPC and ``/v1/embeddings`` encode the
-  same outputs differently), and what that encoder is given besides the outputs
-  (the v2 request's id and requested outputs, the embeddings request's format and dimensions),
-  written out with the inputs;
-- the decoded inputs, written out exactly (request_digest.py).
+- four bytes that stand for the model's record and the route's encoder (the front door gives
+  each pair its own): the record (``Served``) is one per model version, so no answer crosses
+  models or versions. A serving process's models never change: a load, unload or version swap
+  replaces the processes (service/processes/model_swap.py), and a new process starts with an
+  empty cache. ``/predict``, v2 JSON or binary, gRPC and ``/v1/embeddings`` encode the same
+  outputs differently, hence the encoder;
+- the decoded inputs, and what that encoder is given besides the outputs (the v2 request's id
+  and requested outputs, the embeddings request's format and dimensions), written out exactly
+  (request_digest.py).
 
 What is cached is the encoder's own product, the answer's body, so a hit is byte-identical to
 the answer it repeats. Off (``response_cache_mb = 0``), no request builds a key.
+
+A request is kept only once it is seen again (the ``Doorkeeper``, TinyLFU's): the first
+request of its inputs only leaves a mark, the second is kept, the third and later hit. Traffic
+without repeats then costs the cache one look at the mark a request, no key, no entry: it
+churns neither the LRU nor the garbage collector's generations (an entry is plain bytes, keys
+and bodies, which the collector does not follow).
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable
 from typing import Any
 
 MB = 1024 * 1024
-Key = tuple[Hashable, Hashable, bytes]
-"""(the model's record, the route's encoder, the request's decoded inputs and parameters)."""
+Key = bytes
+"""The model's and encoder's four bytes, then the request's decoded inputs and parameters."""
 
 
 def size_of(answer: object) -> int | None:
@@ -49,6 +55,7 @@ class ResponseCache:
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
+        self.doorkeeper = Doorkeeper()
         self.bytes = 0
         """What the answers held take (their bodies' and keys' sizes), at most ``max_bytes``."""
         self._entries: OrderedDict[Key, tuple[Any, int]] = OrderedDict()
@@ -77,7 +84,7 @@ class ResponseCache:
         size = size_of(answer)
         if size is None:
             return False
-        size += len(key[2])  # the key is held too (at most request_digest.DIGEST_ABOVE bytes)
+        size += len(key)  # the key is held too (at most request_digest.DIGEST_ABOVE bytes and 4)
         if size > self.max_bytes:
             return False
         with self._lock:
@@ -91,3 +98,41 @@ class ResponseCache:
                 _, (_, evicted) = entries.popitem(last=False)
                 self.bytes -= evicted
         return True
+
+
+_BITS = 1 << 21
+_SLOTS = _BITS - 1
+
+
+class Doorkeeper:
+    """Which requests were seen lately, by a hash of their inputs: marks in a bit table, two
+    generations of ``WINDOW`` marks each, so that a request is remembered for 65,536 to 131,072
+    sightings of others (a repeated one, each hit renewing its mark, for as long as it repeats).
+    A request that leaves a new mark is not kept; one whose mark is there was seen before and
+    is. At most a 32nd of a generation's bits are set, so a new request finds its slot taken by
+    another's in under 6 % of cases: one more entry kept, never a wrong answer.
+
+    Without a lock: under races a mark can be lost or a generation turned twice, which only
+    changes which requests are kept."""
+
+    BITS = _BITS
+    """Slots a generation has (256 KB)."""
+    WINDOW = BITS // 32
+
+    def __init__(self) -> None:
+        self._current = bytearray(self.BITS // 8)
+        self._previous = bytearray(self.BITS // 8)
+        self._marks = 0
+
+    def first_sighting(self, sighting: int) -> bool:
+        """Whether the request of hash ``sighting`` is new, or was seen before; marked now."""
+        byte, bit = (sighting & _SLOTS) >> 3, 1 << (sighting & 7)
+        current = self._current
+        if current[byte] & bit:
+            return False
+        current[byte] |= bit
+        seen = self._previous[byte] & bit
+        self._marks += 1
+        if self._marks >= self.WINDOW:
+            self._previous, self._current, self._marks = current, bytearray(self.BITS // 8), 0
+        return not seen

@@ -10,57 +10,99 @@ from dataclasses import dataclass
 import numpy as np
 import orjson
 
-from inferpool.service.request_digest import request_digest
-from inferpool.service.response_cache import MB, ResponseCache, size_of
+from inferpool.service.request_digest import request_digest, written_inputs
+from inferpool.service.frontdoor import FrontDoor
+from inferpool.service.response_cache import MB, Doorkeeper, ResponseCache, size_of
 from inferpool.service.v2.codec import parse_request
 
 
-def key(owner: object, text: str, route: object = "predict") -> tuple[object, object, bytes]:
-    """A key whose request part is one byte per character (its bytes count against the bound too)."""
-    return owner, route, text.encode()
+def key(text: str, owner: int = 0) -> bytes:
+    """A key as the front door makes them: four bytes for the model and route, then the request
+    (one byte per character here; a key's bytes count against the bound too)."""
+    return owner.to_bytes(4, "little") + text.encode()
 
 
 def test_a_miss_then_a_hit_with_the_same_object():
     cache = ResponseCache(1000)
-    assert cache.get(key("m", "a")) is None
+    assert cache.get(key("a")) is None
     body = b'{"outputs": [1, 2]}'
-    assert cache.put(key("m", "a"), body)
-    assert cache.get(key("m", "a")) is body
-    assert cache.bytes == len(body) + 1  # the answer and its key
-    assert cache.get(key("m", "b")) is None
+    assert cache.put(key("a"), body)
+    assert cache.get(key("a")) is body
+    assert cache.bytes == len(body) + 5  # the answer and its key
+    assert cache.get(key("b")) is None
 
 
 def test_eviction_is_by_bytes_least_recently_used_first():
-    cache = ResponseCache(100)
+    cache = ResponseCache(110)
     for name in "abc":
-        cache.put(key("m", name), bytes(30))
-    assert cache.bytes == 93
-    cache.get(key("m", "a"))  # a is now the most recently used: b goes first
-    cache.put(key("m", "d"), bytes(30))
-    assert cache.get(key("m", "b")) is None
-    assert all(cache.get(key("m", name)) is not None for name in "acd")
-    cache.put(key("m", "e"), bytes(95))  # one large answer pushes out all the others
+        cache.put(key(name), bytes(30))
+    assert cache.bytes == 105
+    cache.get(key("a"))  # a is now the most recently used: b goes first
+    cache.put(key("d"), bytes(30))
+    assert cache.get(key("b")) is None
+    assert all(cache.get(key(name)) is not None for name in "acd")
+    cache.put(key("e"), bytes(95))  # one large answer pushes out all the others
     assert len(cache) == 1
-    assert cache.bytes == 96
-    assert not cache.put(key("m", "f"), bytes(100))  # with its key, larger than the whole cache: not held
-    assert cache.get(key("m", "e")) is not None
+    assert cache.bytes == 100
+    assert not cache.put(key("f"), bytes(110))  # with its key, larger than the whole cache: not held
+    assert cache.get(key("e")) is not None
 
 
 def test_replacing_an_entry_counts_its_bytes_once():
     cache = ResponseCache(100)
-    cache.put(key("m", "a"), bytes(40))
-    cache.put(key("m", "a"), bytes(50))
-    assert cache.bytes == 51
+    cache.put(key("a"), bytes(40))
+    cache.put(key("a"), bytes(50))
+    assert cache.bytes == 55
     assert len(cache) == 1
 
 
 def test_no_answer_crosses_models_versions_or_routes():
-    cache = ResponseCache(1000)
+    """The front door gives each (model version's record, route's encoder) its own four bytes."""
+    door = FrontDoor.__new__(FrontDoor)  # only its key prefixes: no host, no models
+    door._key_prefixes = {}
     version_1, version_2 = object(), object()  # two versions' records of one model name
-    cache.put(key(version_1, "a"), b"one")
-    assert cache.get(key(version_2, "a")) is None
-    assert cache.get(key(version_1, "a", route="v2")) is None
-    assert cache.get(key(version_1, "a")) == b"one"
+
+    def predict() -> None: ...
+    def v2() -> None: ...
+
+    prefixes = [door._key_prefix(served, route) for served in (version_1, version_2) for route in (predict, v2)]
+    assert len(set(prefixes)) == 4
+    assert all(len(prefix) == 4 for prefix in prefixes)
+    assert door._key_prefix(version_1, v2) == prefixes[1]  # and the same one every time
+    cache = ResponseCache(1000)
+    cache.put(prefixes[0] + b"a", b"one")
+    assert all(cache.get(prefix + b"a") is None for prefix in prefixes[1:])
+    assert cache.get(prefixes[0] + b"a") == b"one"
+
+
+def test_the_doorkeeper_keeps_a_request_from_its_second_sighting():
+    doorkeeper = Doorkeeper()
+    assert doorkeeper.first_sighting(12345)
+    assert not doorkeeper.first_sighting(12345)  # seen: kept
+    assert not doorkeeper.first_sighting(12345)
+    assert doorkeeper.first_sighting(-7)  # any hash, negative too
+    assert not doorkeeper.first_sighting(-7)
+
+
+def test_the_doorkeeper_remembers_a_window_of_sightings_and_renews_repeats():
+    doorkeeper = Doorkeeper()
+    old, renewed = Doorkeeper.BITS * 3 + 1, Doorkeeper.BITS * 5 + 2  # slots no other mark below takes
+    doorkeeper.first_sighting(old)
+    doorkeeper.first_sighting(renewed)
+    for sighting in range(10, 10 + Doorkeeper.WINDOW):  # one generation of others: still remembered
+        doorkeeper.first_sighting(sighting * 7)
+    assert not doorkeeper.first_sighting(renewed)  # seen again: its mark is renewed
+    for sighting in range(10, 10 + Doorkeeper.WINDOW):
+        doorkeeper.first_sighting(Doorkeeper.BITS // 2 + sighting * 7)
+    assert doorkeeper.first_sighting(old)  # two generations on: forgotten
+    assert not doorkeeper.first_sighting(renewed)
+
+
+def test_one_off_requests_leave_few_shared_marks():
+    doorkeeper = Doorkeeper()
+    rng = np.random.default_rng(0)
+    kept = sum(not doorkeeper.first_sighting(hash(bytes(rng.bytes(16)))) for _ in range(3 * Doorkeeper.WINDOW))
+    assert kept < 0.06 * 3 * Doorkeeper.WINDOW
 
 
 def test_off_at_zero_megabytes():
@@ -85,7 +127,7 @@ def test_many_threads_keep_the_byte_count_and_the_bound():
         rng = np.random.default_rng(seed)
         try:
             for _ in range(2000):
-                k = key("m", str(int(rng.integers(0, 200))))
+                k = key(str(int(rng.integers(0, 200))))
                 if cache.get(k) is None:
                     cache.put(k, bytes(int(rng.integers(1, 120))))
         except BaseException as exc:  # noqa: BLE001 -- reported below
@@ -156,3 +198,37 @@ def test_a_large_request_is_keyed_by_its_digest():
     changed = image.copy()
     changed[2, 63, 63] += 1
     assert found != request_digest({"x": changed})
+
+
+def test_the_inputs_forms_cannot_pose_as_each_other():
+    x = np.arange(4, dtype=np.float32)
+    forms = [
+        written_inputs(x), written_inputs({"x": x}), written_inputs([x]), written_inputs({"x": x, "y": [1]}),
+        written_inputs(("<f4", (4,), x.tobytes())), written_inputs({"x": ("<f4", (4,), x.tobytes())}),
+        written_inputs([0, "<f4", (4,), x.tobytes()]), written_inputs([1, "x", "<f4", (4,), x.tobytes()]),
+    ]  # fmt: skip
+    assert None not in forms
+    assert len(set(forms)) == len(forms)
+    assert written_inputs({"x": x}) == written_inputs({"x": x.copy()})
+    assert written_inputs({"x": x, "y": x}) != written_inputs({"y": x, "x": x})  # each array by its name
+    # A view in another memory order is written in C order, as its copy.
+    assert written_inputs(x.reshape(2, 2).T) == written_inputs(np.ascontiguousarray(x.reshape(2, 2).T))
+
+
+def test_a_dataclass_is_keyed_by_its_class_and_fields_and_a_reference_to_the_inputs_as_one():
+    @dataclass
+    class Asked:
+        inputs: object
+        id: str | None = None
+
+    x = {"x": np.arange(4, dtype=np.float32)}
+    y = {"x": np.arange(4, dtype=np.float32) + 1}
+    copy = {"x": x["x"].copy()}
+    assert request_digest(x, Asked(x)) == request_digest(copy, Asked(copy))
+    assert request_digest(x, Asked(x)) != request_digest(y, Asked(y))
+    assert request_digest(x, Asked(x)) != request_digest(x, Asked(x, "1"))
+    assert request_digest(x, Asked(x)) != request_digest(x, Asked(y))  # the inputs again, or others
+    looks_alike = (0, Asked.__module__, Asked.__qualname__, {"inputs": x, "id": None})
+    assert request_digest(x, Asked(x)) != request_digest(x, looks_alike)
+    assert request_digest(x, Asked(x)) != request_digest(x, Opaque(x))  # another class, same fields
+    assert request_digest(x, Asked(x), written_inputs(x)) == request_digest(x, Asked(x))
