@@ -30,7 +30,7 @@ class Priorities:
         if header is None:
             return self.default
         text = header.decode("latin-1") if isinstance(header, bytes) else header
-        stripped = text.strip()
+        stripped = text.strip(" \t")  # HTTP's optional whitespace, as the spec says (service/http/traffic_spec.py)
         if not (stripped.isascii() and stripped.isdigit() and len(stripped) <= 4):
             raise self._bad(f"X-Request-Priority {text!r} is not a whole number")
         return self._checked(int(stripped), "X-Request-Priority")

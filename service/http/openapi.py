@@ -25,7 +25,7 @@ from fastapi.openapi.utils import get_openapi
 from inferpool.engine.client import Handler, Schema
 from inferpool.service.errors import documented_error
 from inferpool.service.frontdoor import MAX_REQUEST_ID
-from inferpool.service.http import openai_spec, text_spec
+from inferpool.service.http import openai_spec, text_spec, traffic_spec
 from inferpool.service.http.openapi_schemas import (
     Served,
     describe_predict,
@@ -209,6 +209,7 @@ def model_aware_openapi(
             app.openapi_schema = spec
         _describe_answers(spec)
         _declare_headers(spec)
+        traffic_spec.declare(spec, app.state.settings)
         return spec
 
     return openapi

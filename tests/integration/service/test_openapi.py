@@ -64,7 +64,8 @@ def test_several_models_get_one_path_each_where_the_body_depends_on_it(tmp_path)
 def test_headers_the_server_reads_are_declared(spec):
     infer = spec["paths"]["/v2/models/{name}/infer"]["post"]
     names = {p["name"] for p in infer["parameters"] if p["in"] == "header"}
-    assert names == {"X-Request-Id", "X-Request-Timeout-Ms"}  # Inference-Header-Content-Length: described
+    # Inference-Header-Content-Length: described; the last two: test_openapi_traffic.py
+    assert names == {"X-Request-Id", "X-Request-Timeout-Ms", "X-Request-Priority", "Cache-Control"}
     assert "example" in infer["requestBody"]["content"]["application/json"]  # /docs fills in a valid one
     assert "version" not in {p["name"] for p in infer["parameters"]}  # the raw route reads no query
     assert "Server-Timing" in infer["responses"]["200"]["headers"]
