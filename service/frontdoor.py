@@ -246,7 +246,7 @@ class FrontDoor:
         what = asked.get()
         level = self.priorities.level(priority, what.priority) if self.priorities.on else 0
         cache = self.cache
-        if cache is None or not served.cached or what.no_cache:
+        if cache is None or not served.cached or (what.cache_control is not None and what.no_cache):
             return level, None, None
         seen = sighting(inputs)
         if seen is None:

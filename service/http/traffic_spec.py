@@ -16,13 +16,14 @@ from inferpool.config.traffic import PrioritySettings
 from inferpool.service.priorities import Priorities
 
 PRIORITY = "X-Request-Priority"
+_ANY: dict[str, Any] = {"type": "string"}  # a header's every value
 CACHE_CONTROL: dict[str, Any] = {
     "name": "Cache-Control",
     "in": "header",
     "required": False,
     "description": "`no-cache` or `no-store`: answered by the model, not from the response cache "
     "(response_cache_mb), and not kept in it. Any other value is ignored.",
-    "schema": {"type": "string"},
+    "schema": _ANY,
 }
 _SPACE = "[ \t]*"  # what the header may have around it (HTTP's optional whitespace)
 
@@ -38,7 +39,7 @@ def level_pattern(levels: int) -> str:
 def priority_header(priorities: Priorities) -> dict[str, Any]:
     if not priorities.on:
         described = "Ignored: this server has one priority level (priority_levels = 1)."
-        return {"name": PRIORITY, "in": "header", "required": False, "description": described, "schema": {}}
+        return {"name": PRIORITY, "in": "header", "required": False, "description": described, "schema": _ANY}
     return {
         "name": PRIORITY,
         "in": "header",
