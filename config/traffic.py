@@ -13,8 +13,8 @@ ResponseCacheMb = Annotated[
         ge=0,
         description="Megabytes of answers each serving process keeps to answer a repeated request (same model, "
         "version, route, inputs and parameters) with the same bytes, before admission and without the model; "
-        "least recently used evicted first. 0 = the cache is off (no request pays for it). A request with "
-        "'Cache-Control: no-cache' skips it.",
+        "kept from its second sighting, least recently used evicted first. 0 = the cache is off (no request pays "
+        "for it). A request with 'Cache-Control: no-cache' skips it.",
     ),
 ]
 ResponseCacheModels = Annotated[

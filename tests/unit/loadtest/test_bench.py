@@ -223,6 +223,19 @@ def test_lane_cpu_feeds_resnet_bodies_in_socket_sized_pieces(capsys):
     assert "resnet-v2-binary, 2 connections, engine stubbed, 65536-byte pieces" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("traffic", ["miss", "hit"])
+def test_cache_cpu_measures_each_size_against_the_cache_off(traffic, capsys):
+    args = ["--traffic", traffic, "--cache-mb", "0", "0.05", "--rounds", "2", "--connections", "2", "--wakeups", "5"]
+    found = bench.runner("cache_cpu")([*args, "--hot", "4"])
+    assert isinstance(found, dict)
+    assert set(found) == {0.0, 0.05}
+    assert all(len(spent) == 2 and min(spent) > 0 for spent in found.values())
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"{traffic}, v2-json, cache off: CPU per request median")
+    assert "MB: CPU per request median" in lines[1]
+    assert "x off)" in lines[1]
+
+
 def test_app_cpu_and_engine_request_also_run_as_files_against_a_checkout():
     """``PYTHONPATH=CHECKOUT python loadtest/bench/app_cpu.py``: nothing of loadtest is imported at
     the top, so the file runs on whichever tree's inferpool comes first."""
