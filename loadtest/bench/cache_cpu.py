@@ -134,10 +134,13 @@ def cache_cpu(argv: list[str] | None = None) -> dict[float, list[float]]:
         found = uvloop.run(rounds.all())
     finally:
         host.close()
-    off = statistics.median(found[0.0]) if 0.0 in found else None
+    off = found.get(0.0)
     for size, spent in found.items():
         median = statistics.median(spent)
         name = "off" if size == 0 else f"{size:g} MB"
-        versus = f" ({median / off:.2f}x off)" if off else ""
+        versus = ""
+        if off is not None and size != 0:  # each round against the same round's cache off: drift cancels
+            paired = statistics.median(on - alone for on, alone in zip(spent, off, strict=True))
+            versus = f" ({median / statistics.median(off):.2f}x off; {paired:+.1f} µs, paired by round)"
         print(f"{args.traffic}, {args.body}, cache {name}: CPU per request median {median:.1f} µs{versus}")
     return found

@@ -233,7 +233,8 @@ def test_cache_cpu_measures_each_size_against_the_cache_off(traffic, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith(f"{traffic}, v2-json, cache off: CPU per request median")
     assert "MB: CPU per request median" in lines[1]
-    assert "x off)" in lines[1]
+    assert "x off; " in lines[1]
+    assert lines[1].endswith("µs, paired by round)")
 
 
 def test_app_cpu_and_engine_request_also_run_as_files_against_a_checkout():
