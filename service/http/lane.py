@@ -27,12 +27,14 @@ import functools
 import logging
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 
+from inferpool.engine.client import request_id
 from inferpool.service.asked import PRIORITY_HEADER, asked_in
 from inferpool.service.auth import ApiKey
 from inferpool.service.calls import CLIENT_CLOSED, HttpCall
@@ -41,6 +43,7 @@ from inferpool.service.frontdoor import Activity, Encoder, FrontDoor, Looked, Se
 from inferpool.service.http.codec import Disconnected
 from inferpool.service.http.middleware import SERIAL
 from inferpool.service.http.rawasgi import JSON, Answer, error_headers, server_timing
+from inferpool.service.inline_together import Answered, Together
 from inferpool.service.telemetry.metrics import Inference, Metrics
 
 if TYPE_CHECKING:
@@ -230,43 +233,75 @@ class Lane:
     def _run(self) -> None:
         self.scheduled = False
         pending, self.pending = self.pending, []
+        together = Together(pending[0].handler.door) if len(pending) > 1 else None
         for request in pending:
             try:
-                self._answer(request)
-            except Exception:  # a bug here must not strand the requests after it, nor the door's count
-                log.exception("answering a request on the lane failed")
-                request.protocol.transport.close()
-                if not request.response_complete:
-                    self._done(request, 500, None)
+                self._answer(request, together)
+            except Exception:  # noqa: BLE001 -- a bug here must not strand the requests after it (logged)
+                self._failed([request])
+        if together is not None:
+            try:
+                together.run()
+            except Exception:  # noqa: BLE001 -- nor those held (logged)
+                self._failed(pending)
 
-    def _answer(self, request: LaneRequest) -> None:
+    def _failed(self, requests: list[LaneRequest]) -> None:
+        """Nor leave the door's count: each unanswered one a 500, its connection closed."""
+        log.exception("answering a request on the lane failed")
+        for request in requests:
+            if len(requests) == 1 or not request.response_complete:
+                request.protocol.transport.close()
+            if not request.response_complete:
+                self._done(request, 500, None)
+
+    def _answer(self, request: LaneRequest, together: Together | None = None) -> None:
         if request.disconnected:
             self._done(request, CLIENT_CLOSED, None)
             return
         request.begin(asked_in(request.headers))
         handler = request.handler
+        answered: Answered
         try:
             served = handler.resolve(request.found)
             call = handler.decode(served, request.body, request.headers)
+            door = handler.door
             if served.model.inline:
-                encoded, inference = handler.door.infer_inline(
+                # Several at once: held, then run together (one engine call a model) by _run.
+                run: Callable[..., tuple[Any, Inference] | None] = door.infer_inline
+                if together is not None:
+                    run = functools.partial(together.hold, then=functools.partial(self._reply, request))
+                answered_now = run(
                     served, call.inputs, call.encode, call.decoded, received=request.started,
                     parsed=time.perf_counter(), rid=request.rid, timeout=call.timeout, timeout_ms=call.timeout_ms,
                     priority=call.priority,
                 )  # fmt: skip
+                if answered_now is None:
+                    return
+                answered = answered_now
             else:
-                door = handler.door
                 looked = door.look(served, call.inputs, call.encode, call.decoded, call.priority)
                 if looked[2] is None:
                     self._later(request, served, call, looked)
                     return
                 # A response cache hit: answered now, with no task.
-                encoded, inference = looked[2], door.hit(served, request.started, time.perf_counter())
-            answer = handler.answer_of(encoded, server_timing(request.started, inference))
-        except Exception as exc:  # noqa: BLE001 -- unexpected() logs the traceback
-            self._error(request, exc)
-            return
-        self._send(request, 200, answer, inference)
+                answered = looked[2], door.hit(served, request.started, time.perf_counter())
+        except Exception as exc:  # noqa: BLE001 -- _reply answers it (unexpected() logs the traceback)
+            answered = exc
+        self._reply(request, answered)
+
+    def _reply(self, request: LaneRequest, answered: Answered) -> None:
+        """Send what the front door answered: its encoded answer and phases, or the error for it."""
+        request_id.set(request.rid)  # answered after others' requests (together.run): its logs are its own
+        if not isinstance(answered, Exception):
+            try:
+                encoded, inference = answered
+                answer = request.handler.answer_of(encoded, server_timing(request.started, inference))
+            except Exception as exc:  # noqa: BLE001 -- unexpected() logs the traceback
+                answered = exc
+            else:
+                self._send(request, 200, answer, inference)
+                return
+        self._error(request, answered)
 
     def _later(self, request: LaneRequest, served: Served, call: Decoded, looked: Looked) -> None:
         """Its answer on a task (a model on worker threads): held in the server's task set, as
@@ -278,17 +313,15 @@ class Lane:
         task.add_done_callback(functools.partial(self._ended, request))
 
     async def _answer_later(self, request: LaneRequest, served: Served, call: Decoded, looked: Looked) -> None:
-        handler = request.handler
+        answered: Answered
         try:
-            encoded, inference = await handler.door.infer(
+            answered = await request.handler.door.infer(
                 served, call.inputs, call.encode, call.decoded, received=request.started, parsed=time.perf_counter(),
                 rid=request.rid, timeout=call.timeout, timeout_ms=call.timeout_ms, looked=looked,
             )  # fmt: skip
-            answer = handler.answer_of(encoded, server_timing(request.started, inference))
-        except Exception as exc:  # noqa: BLE001 -- unexpected() logs the traceback
-            self._error(request, exc)
-            return
-        self._send(request, 200, answer, inference)
+        except Exception as exc:  # noqa: BLE001 -- _reply answers it
+            answered = exc
+        self._reply(request, answered)
 
     def _ended(self, request: LaneRequest, _: object) -> None:
         """Its task is over: finished if it never answered. Cancelled (its client left: 499, or a
