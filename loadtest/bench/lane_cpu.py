@@ -11,8 +11,9 @@ that only counts them. The figure is the process CPU per request (``time.process
 HTTP parse, the lane, decode, the front door, the engine's inline call and encode, without the
 kernel's socket work (``loadtest.bench http_cpu`` measures the real server). ``--stub`` answers
 every request after the first with the first one's result, to tell the parts apart: ``engine``
-stubs the engine's call (``ServedModel.infer_inline``), ``door`` the whole front door's
-(``FrontDoor.infer_inline``: the engine, encode and the inference metrics).
+stubs the engine's call (``ServedModel.infer_inline``, and ``infer_inline_together`` for a
+wake-up's requests), ``door`` the whole front door's (``FrontDoor.infer_inline``: the engine,
+encode and the inference metrics; a wake-up's requests are then answered one by one).
 """
 
 from __future__ import annotations
@@ -36,18 +37,29 @@ from inferpool.service.app import create_app
 from inferpool.service.frontdoor import FrontDoor
 from inferpool.service.http.protocol import guarded_protocol
 
+try:
+    from inferpool.service.inline_together import Together
+except ImportError:  # another checkout's, from before a wake-up's requests were held together
+    Together = None  # type: ignore[assignment,misc]
+
 BODIES = {"v2-json": digits_v2_json, "predict": digits_json}
-STUBS: dict[str, tuple[type, str]] = {"engine": (ServedModel, "infer_inline"), "door": (FrontDoor, "infer_inline")}
+STUBS: dict[str, tuple[type, str, str]] = {
+    "engine": (ServedModel, "infer_inline", "infer_inline_together"),
+    "door": (FrontDoor, "infer_inline", ""),
+}
+"""Each stub's class, its call for one request, and its call for a wake-up's requests together
+(service/inline_together.py): the door's holds them and answers each from ``infer_inline``."""
 
 
 @contextmanager
 def stubbed(which: str | None) -> Iterator[None]:
     """Within it, the ``which`` call of STUBS answers every call after the first with the first
-    one's result; as it was again after it (the tests run this case in their own process)."""
+    one's result (the call for many: each request with it); as it was again after it (the tests
+    run this case in their own process)."""
     if which is None:
         yield
         return
-    cls, name = STUBS[which]
+    cls, name, many = STUBS[which]
     real: Callable[..., Any] = getattr(cls, name)
     first: list[Any] = []
 
@@ -56,11 +68,25 @@ def stubbed(which: str | None) -> Iterator[None]:
             first.append(real(*args, **kwargs))
         return first[0]
 
-    setattr(cls, name, replay)
+    def replay_many(self: Any, requests: list[Any]) -> list[Any]:
+        return [replay(self, *request) for request in requests]
+
+    def hold_none(self: Together, served: Any, *args: Any, then: Any, **kwargs: Any) -> Any:
+        return replay(self.door, served, *args, **kwargs)  # answered now: nothing is held
+
+    patched: list[tuple[Any, str, Any]] = [(cls, name, replay)]
+    if many and hasattr(cls, many):
+        patched.append((cls, many, replay_many))
+    elif not many and Together is not None:
+        patched.append((Together, "hold", hold_none))
+    saved = [(owner, attr, getattr(owner, attr)) for owner, attr, _ in patched]
+    for owner, attr, stub in patched:
+        setattr(owner, attr, stub)
     try:
         yield
     finally:
-        setattr(cls, name, real)
+        for owner, attr, original in saved:
+            setattr(owner, attr, original)
 
 
 async def measure(app: Any, request: bytes, connections: int, wakeups: int, repeats: int) -> list[float]:
