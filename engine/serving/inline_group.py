@@ -71,7 +71,7 @@ def run_together(pipeline: Pipeline, requests: Sequence[InlineRequest]) -> list[
             outcomes[at] = checked
             continue
         # Per-sample shapes: a text model's sequence buckets stack only with their own kind.
-        groups.setdefault(tuple(a.shape[1:] for a in checked.arrays.values()), []).append(checked)
+        groups.setdefault(tuple([a.shape[1:] for a in checked.arrays.values()]), []).append(checked)
     for group in groups.values():
         for call in _calls(group):
             for checked, outcome in zip(call, _run(pipeline, call), strict=True):
@@ -83,7 +83,9 @@ def _check(pipeline: Pipeline, at: int, request: InlineRequest) -> _Checked | Ba
     """``Pipeline.inline``'s checks before the call, for one request: its error, or it checked."""
     inputs, deadline, rid = request
     started = time.monotonic()
-    token = request_id.set(rid) if rid is not None and request_id.get() != rid else None
+    handler = pipeline.handler
+    # Only a handler's preprocess can log here (for the request it works for); the call sets its own.
+    token = request_id.set(rid) if handler is not None and rid is not None else None
     try:
         samples = pipeline.samples(inputs)
         if deadline is not None:
@@ -91,8 +93,8 @@ def _check(pipeline: Pipeline, at: int, request: InlineRequest) -> _Checked | Ba
                 return DeadlineExceeded(f"the request's deadline passed before model {pipeline.name!r} got it")
             pipeline.check_floor(samples, deadline, started)
         context: object = None
-        if pipeline.handler is not None:
-            inputs, context = pipeline.handler.preprocess(inputs)
+        if handler is not None:
+            inputs, context = handler.preprocess(inputs)
         arrays, single = pipeline.coerce(inputs)
     except (KeyboardInterrupt, asyncio.CancelledError):
         raise
@@ -153,7 +155,12 @@ def _run(pipeline: Pipeline, call: list[_Checked]) -> list[Outcome]:
     outcomes: list[Outcome] = []
     start = 0
     for checked in call:
-        own = outputs if len(call) == 1 else {n: out[start : start + checked.rows] for n, out in outputs.items()}
+        if len(call) == 1:
+            own = {n: out[0] for n, out in outputs.items()} if checked.single else outputs
+        elif checked.single:  # its row, without its batch dimension: one index, not a slice and an index
+            own = {n: out[start] for n, out in outputs.items()}
+        else:
+            own = {n: out[start : start + checked.rows] for n, out in outputs.items()}
         start += checked.rows
         outcomes.append(_finish(pipeline, checked, own, rows, (dispatched, finished), len(call) > 1))
     return outcomes
@@ -167,11 +174,10 @@ def _finish(
     pipeline: Pipeline, checked: _Checked, outputs: dict[str, Array], rows: int, call: tuple[float, float],
     stacked: bool,
 ) -> Outcome:  # fmt: skip
-    """One request's rows -> its Prediction, or the error only it gets. Its phases as
-    ``Pipeline.inline`` reports them; stacked, the wait for its neighbours' checks is batch time."""
+    """One request's outputs (one sample's without its batch dimension) -> its Prediction, or the
+    error only it gets. Its phases as ``Pipeline.inline`` reports them; stacked, the wait for its
+    neighbours' checks is batch time."""
     dispatched, finished = call
-    if checked.single:
-        outputs = {name: out[0] for name, out in outputs.items()}
     if not pipeline.outputs_as_run:
         try:
             outputs = pipeline.checked_outputs(outputs, checked.context)
