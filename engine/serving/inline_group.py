@@ -126,6 +126,7 @@ def _run(pipeline: Pipeline, call: list[_Checked]) -> list[Outcome]:
     """One model call for ``call``'s requests, and each one's outcome."""
     rows = sum(checked.rows for checked in call)
     token = request_id.set(call[0].rid if len(call) == 1 else ",".join(checked.rid for checked in call))
+    outputs: dict[str, Array] | None = None  # None: the stacked call failed, each runs alone
     try:
         dispatched = time.monotonic()
         if len(call) == 1:
@@ -139,7 +140,7 @@ def _run(pipeline: Pipeline, call: list[_Checked]) -> list[Outcome]:
                     pipeline.name, [out.shape for out in outputs.values()], rows,
                 )  # fmt: skip
                 pipeline.stackable = False
-                return _alone(pipeline, call)
+                outputs = None
         finished = time.monotonic()
     except (KeyboardInterrupt, asyncio.CancelledError):
         raise
@@ -147,11 +148,12 @@ def _run(pipeline: Pipeline, call: list[_Checked]) -> list[Outcome]:
         if len(call) == 1:
             return [exc]
         log.debug("a stacked call of model %r failed (%r): its requests run alone", pipeline.name, exc)
-        return _alone(pipeline, call)
     except BaseException as exc:  # noqa: BLE001 -- SystemExit & co: on the event loop it would end the server
         return [worker_died(exc) for _ in call]
     finally:
         request_id.reset(token)
+    if outputs is None:  # outside the handler: their errors are not chained to the stacked call's
+        return [outcome for checked in call for outcome in _run(pipeline, [checked])]
     outcomes: list[Outcome] = []
     start = 0
     for checked in call:
@@ -164,10 +166,6 @@ def _run(pipeline: Pipeline, call: list[_Checked]) -> list[Outcome]:
         start += checked.rows
         outcomes.append(_finish(pipeline, checked, own, rows, (dispatched, finished), len(call) > 1))
     return outcomes
-
-
-def _alone(pipeline: Pipeline, call: list[_Checked]) -> list[Outcome]:
-    return [outcome for checked in call for outcome in _run(pipeline, [checked])]
 
 
 def _finish(
