@@ -31,6 +31,9 @@ class Payload:
     body: bytes = b""
     headers: tuple[tuple[str, str], ...] = ()
     method: str = "POST"
+    variants: tuple[bytes, ...] = ()
+    """Further bodies that wrk sends in turn with ``body`` (a mixed workload, e.g. texts of many
+    lengths); other generators send ``body`` alone."""
 
     def encode(self, host: str, port: int) -> bytes:
         """The whole HTTP/1.1 request, ready to write to a keep-alive connection."""

@@ -31,6 +31,7 @@ wrk.method = "{method}"
 wrk.body = f:read("*a")
 f:close()
 {headers}
+{variants}
 done = function(summary, latency, requests)
   local p = {{}}
   for i = 0, {last} do p[#p + 1] = string.format("%d", latency:percentile(i * 100 / {last})) end
@@ -47,12 +48,33 @@ end
 def script(payload: Payload, directory: Path) -> Path:
     """A wrk Lua script sending ``payload`` (body from a file: it may be binary)."""
     directory.mkdir(parents=True, exist_ok=True)
-    body = directory / f"body-{abs(hash(payload.body))}.bin"
+    body = directory / f"body-{abs(hash((payload.body, payload.variants)))}.bin"
     body.write_bytes(payload.body)
     headers = "\n".join(f'wrk.headers["{name}"] = "{value}"' for name, value in payload.headers)
     path = body.with_suffix(".lua")
-    path.write_text(SCRIPT.format(body=body, method=payload.method, headers=headers, last=CDF_POINTS - 1))
+    variants = variants_script(payload, body) if payload.variants else ""
+    path.write_text(
+        SCRIPT.format(body=body, method=payload.method, headers=headers, variants=variants, last=CDF_POINTS - 1)
+    )
     return path
+
+
+def variants_script(payload: Payload, body: Path) -> str:
+    """Lua that sends ``payload.body`` and its variants in turn, one per request, each connection
+    starting where the last left off."""
+    files = []
+    for i, variant in enumerate(payload.variants):
+        files.append(body.with_name(f"{body.stem}-{i}.bin"))
+        files[-1].write_bytes(variant)
+    reads = "\n".join(f'f = io.open("{file}", "rb"); bodies[#bodies + 1] = f:read("*a"); f:close()' for file in files)
+    return f"""local bodies = {{wrk.body}}
+local f
+{reads}
+local sent = 0
+request = function()
+  sent = sent % #bodies + 1
+  return wrk.format(nil, nil, nil, bodies[sent])
+end"""
 
 
 def _wrk(url: str, lua: Path, concurrency: int, seconds: float) -> dict[str, Any]:

@@ -11,7 +11,8 @@ all-MiniLM-L6-v2's real tokenizer:
 - ``minilm-ce-seeded``: a MiniLM-L6-sized cross-encoder (BERT, 6 layers, 384 wide, one label).
 
 Both servers answer the same bodies on the same routes (Infinity with ``--url-prefix /v1``):
-``POST /v1/embeddings`` with one sentence, ``POST /v1/rerank`` with one query and 16 documents.
+``POST /v1/embeddings`` with one sentence (``--mixed``: one of 16 of 3-60 words in turn),
+``POST /v1/rerank`` with one query and 16 documents.
 Infinity runs its strongest CPU engine (``optimum``: ONNX Runtime), one process (it has no
 option for more), its result cache off (InferPool's response cache is off by default too).
 Both servers run at once, idle while the other is measured; wrk drives each in turn, the order
@@ -51,6 +52,9 @@ QUERY = "how do I serve a model on CPUs?"
 DOCUMENTS = [f"Document {i}: {SENTENCE[: 40 + 3 * i]}" for i in range(16)]
 FOLDERS = {"bge-small-seeded": "embed", "minilm-ce-seeded": "rerank"}
 TASKS = {"embed": "feature-extraction", "rerank": "text-classification"}
+MIXED_WORDS = (3, 41, 8, 60, 13, 27, 5, 19, 50, 10, 33, 16, 6, 24, 13, 9)
+MIXED = [" ".join((SENTENCE.split() * 5)[:words]) for words in MIXED_WORDS]
+"""Sentences of 3-60 words, one per request in turn: requests spread over several length buckets."""
 SENTENCE_TRANSFORMERS_FILES = (
     "modules.json", "1_Pooling", "2_Normalize", "sentence_bert_config.json", "config_sentence_transformers.json"
 )  # fmt: skip
@@ -65,6 +69,9 @@ def text_peers_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--only", default=",".join(FOLDERS), help="folders to run, comma-separated")
     parser.add_argument("--inferpool-args", default="", help="more `inferpool serve` flags, space-separated")
+    parser.add_argument(
+        "--mixed", action="store_true", help=f"embed one of {len(MIXED)} sentences of 3-60 words in turn, not one"
+    )
     return parser
 
 
@@ -114,10 +121,11 @@ def infinity_copy(name: str, folder: Path, infinity_python: str) -> Path:
     return copy
 
 
-def body(name: str) -> Payload:
+def body(name: str, mixed: bool = False) -> Payload:
     if FOLDERS[name] == "embed":
-        content: dict[str, Any] = {"model": name, "input": [SENTENCE]}
-        return Payload("/v1/embeddings", json.dumps(content).encode(), (JSON,))
+        texts = MIXED if mixed else [SENTENCE]
+        first, *rest = [json.dumps({"model": name, "input": [text]}).encode() for text in texts]
+        return Payload("/v1/embeddings", first, (JSON,), variants=tuple(rest))
     content = {"model": name, "query": QUERY, "documents": DOCUMENTS}
     return Payload("/v1/rerank", json.dumps(content).encode(), (JSON,))
 
@@ -152,7 +160,7 @@ def text_peers(argv: list[str] | None = None) -> int:
     levels = [int(c) for c in args.concurrency.split(",")]
     scratch = Path(tempfile.mkdtemp(prefix="text-peers-"))
     for name in args.only.split(","):
-        payload = body(name)
+        payload = body(name, args.mixed)
         runs: dict[tuple[str, int], list[dict[str, Any]]] = {}
         with servers(name, paths[name], args.infinity_python, args.inferpool_args.split()) as running:
             for level in levels:

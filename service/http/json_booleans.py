@@ -9,8 +9,10 @@ memchr speed (~0.2 ms on a 2.9 MB image body, against ~2 ms for each literal's o
 from __future__ import annotations
 
 
-def may_hold_boolean(body: bytes | bytearray, end: int | None = None) -> bool:
+def may_hold_boolean(body: bytes | bytearray | memoryview, end: int | None = None) -> bool:
     """Whether ``body[:end]`` has a ``true`` or ``false`` literal, or may (strings in it can)."""
+    if isinstance(body, memoryview):  # the lane's buffer of a binary body: the JSON before its data, copied
+        body, end = body[:end].tobytes(), None
     if end is None or end == len(body):  # the operator, not find(): a µs less on a small body
         return (b"r" in body or b"l" in body) and (b"true" in body or b"false" in body)
     if body.find(b"r", 0, end) < 0 and body.find(b"l", 0, end) < 0:

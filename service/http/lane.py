@@ -31,7 +31,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 
 from inferpool.engine.client import request_id
@@ -40,6 +39,7 @@ from inferpool.service.auth import ApiKey
 from inferpool.service.calls import CLIENT_CLOSED, HttpCall
 from inferpool.service.errors import ErrorAnswer, answer_for, unexpected
 from inferpool.service.frontdoor import Activity, Encoder, FrontDoor, Looked, Served, request_ids
+from inferpool.service.http.body_buffer import SMALLEST, BodyBuffers, LaneBody
 from inferpool.service.http.codec import Disconnected
 from inferpool.service.http.middleware import SERIAL
 from inferpool.service.http.rawasgi import JSON, Answer, error_headers, server_timing
@@ -80,8 +80,14 @@ class LaneHandler(Protocol):
         """The model its matched path names (NotReady, or 404 for one not served)."""
         ...
 
-    def decode(self, served: Served, request_body: bytearray, headers: dict[bytes, bytes]) -> Decoded:
+    def decode(self, served: Served, request_body: bytearray | memoryview, headers: dict[bytes, bytes]) -> Decoded:
         """The whole body, decoded for ``served`` (a 4xx error for a bad one)."""
+        ...
+
+    def data_offset(self, headers: dict[bytes, bytes], length: int) -> int | None:
+        """Where binary tensor data starts in a body of ``length`` bytes with these headers, if it
+        has any: the lane reads such a body into a buffer that puts that byte on an aligned
+        address (service/http/body_buffer.py), and ``decode`` gets a memoryview of it."""
         ...
 
     def answer_of(self, encoded: Any, timing: tuple[bytes, bytes]) -> Answer:
@@ -125,7 +131,7 @@ class LaneRequest(HttpCall):
 
     def __init__(
         self, lane: Lane, protocol: HttpToolsProtocol, route: LaneRoute, found: re.Match[bytes],
-        headers: dict[bytes, bytes], keep_alive: bool,
+        headers: dict[bytes, bytes], keep_alive: bool, length: int,
     ) -> None:  # fmt: skip
         label = route.labels[found.group(found.re.groups) is not None]
         HttpCall.__init__(self, lane.activity, lane.metrics, time.perf_counter(), label)
@@ -135,7 +141,8 @@ class LaneRequest(HttpCall):
         self.found = found
         self.headers = headers
         self.keep_alive = keep_alive
-        self.body = bytearray()
+        offset = None if length < SMALLEST else route.handler.data_offset(headers, length)
+        self.body = LaneBody.of(lane.buffers, length, offset)
         self.more_body = True
         self.response_complete = False
         self.queued = False
@@ -171,8 +178,9 @@ class Lane:
         self.routes = routes
         self.activity = activity
         self.metrics = metrics
-        # uvicorn pauses reading past HIGH_WATER_LIMIT until a receive() that never comes here.
-        self.max_body = min(max_body_bytes, HIGH_WATER_LIMIT)
+        # A larger body goes the ASGI way, which answers its 413.
+        self.max_body = max_body_bytes
+        self.buffers = BodyBuffers()
         self.auth = auth
         self.cors = cors
         self.ids = request_ids(SERIAL)
@@ -210,7 +218,7 @@ class Lane:
         if activity.full(activity.level_of(headers.get(PRIORITY_HEADER))) is not None:
             return None
         keep_alive = parser.get_http_version() != "1.0" and parser.should_keep_alive()
-        return LaneRequest(self, protocol, route, found, headers, keep_alive)
+        return LaneRequest(self, protocol, route, found, headers, keep_alive, int(length))
 
     def enqueue(self, request: LaneRequest) -> None:
         """Its body is all here: counted in at the door, answered at this wake-up's end."""
@@ -263,7 +271,7 @@ class Lane:
         answered: Answered
         try:
             served = handler.resolve(request.found)
-            call = handler.decode(served, request.body, request.headers)
+            call = handler.decode(served, request.body.data, request.headers)
             door = handler.door
             if served.model.inline:
                 # Several at once: held, then run together (one engine call a model) by _run.
@@ -385,3 +393,4 @@ class Lane:
         request.response_complete = True
         request.inference = inference
         request.finish(status)
+        request.body.give_back(self.buffers)

@@ -38,12 +38,13 @@ import asyncio
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
+import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from inferpool.service.apierror import closing_error
 
 if TYPE_CHECKING:  # imported by the CLI before the metrics' directory is set: nothing that imports them
-    from inferpool.service.http.lane import Lane
+    from inferpool.service.http.lane import Lane, LaneRequest
 
 # A body up to this size is joined to the head it follows (one copy, one write); a larger one goes
 # out by writelines, without the copy.
@@ -140,6 +141,10 @@ def guarded_protocol(read_timeout: float, max_connections: int) -> type[asyncio.
         _headers_in = False
         _one_write: OneWriteTransport | None = None
         _lane: Lane | None = None
+        _filling: LaneRequest | None = None  # the lane's request whose body is being read, if one is
+        # The lane's request whose aligned body the socket's reads go straight into, past the parser
+        # (LaneBody.fill_directly): once its head and the start of its body are parsed.
+        _direct: LaneRequest | None = None
         # The keep-alive timeout the same way: uvicorn makes a timer at every answer and cancels it
         # at the next request's first bytes (a TimerHandle made and cancelled per request); here one
         # timer per connection, ``_idle_due`` when the connection idled too long (None: it is busy).
@@ -156,6 +161,7 @@ def guarded_protocol(read_timeout: float, max_connections: int) -> type[asyncio.
             self._arm()
 
         def connection_lost(self, exc: Exception | None) -> None:
+            self._direct = None
             self._disarm()
             self._idle_due = None
             if self._idle is not None:
@@ -172,11 +178,33 @@ def guarded_protocol(read_timeout: float, max_connections: int) -> type[asyncio.
             self._idle_due = None  # busy again: the idle timer, if still set, lets the connection be
             if self._headers_in and self._due is not None:
                 self._arm()  # a body is arriving: the gap starts again
+            direct = self._direct
+            if direct is not None:
+                taken = direct.body.fill_directly(data)
+                if direct.body.waiting():
+                    return
+                self._direct = None
+                # The parser still counts down the body it never saw: the next request gets a new one.
+                self.parser = httptools.HttpRequestParser(self)
+                self.on_message_complete()
+                if taken == len(data):
+                    return
+                data = memoryview(data)[taken:]  # type: ignore[assignment]  # pipelined behind it
             super().data_received(data)
+            filling = self._filling
+            if (
+                filling is not None
+                and filling.more_body
+                and filling.body.waiting()
+                and not filling.response_complete
+                and not self.transport.is_closing()
+            ):
+                self._direct = filling
 
         def on_message_begin(self) -> None:
             super().on_message_begin()
             self._headers_in = False
+            self._filling = None
             self._arm()
 
         def on_headers_complete(self) -> None:
@@ -186,6 +214,7 @@ def guarded_protocol(read_timeout: float, max_connections: int) -> type[asyncio.
                 taken = lane.take(self)
                 if taken is not None:
                     self.cycle = taken  # type: ignore[assignment]
+                    self._filling = taken
                     return
             super().on_headers_complete()
             cycle = self.cycle
@@ -196,6 +225,15 @@ def guarded_protocol(read_timeout: float, max_connections: int) -> type[asyncio.
                 one_write = self._one_write = OneWriteTransport(self.transport)
             cycle.transport = one_write  # type: ignore[assignment]
             cycle.scope[ONE_WRITE] = one_write  # type: ignore[literal-required]
+
+        def on_body(self, body: bytes) -> None:
+            filling = self._filling
+            if filling is None:
+                super().on_body(body)
+            elif not filling.response_complete:  # its client left: the rest goes nowhere
+                # Read whole, without pausing: uvicorn's on_body pauses reading past 64 KiB until an
+                # ASGI receive(), a wake-up and two system calls for each 64 KiB of a large body.
+                filling.body.fill(body)
 
         def on_message_complete(self) -> None:
             self._due = None  # the request is in; uvicorn's keep-alive timer takes over after it

@@ -74,8 +74,6 @@ class ModelHost:
         self.draining = False  # set on SIGTERM: new requests are refused, accepted ones finish
         self.closed = False
         self._loader: threading.Thread | None = None
-        self.cached_now: set[Path] = set()
-        """Compile-cache files ``preload`` wrote: none on a start that found every artifact cached."""
 
     def start(self) -> None:
         # Made here, not in __init__: the supervisor makes the host and forks, and a Thread made
@@ -92,15 +90,21 @@ class ModelHost:
     def stopping(self) -> bool:
         return self.draining or self.closed or (self.board is not None and self.board.draining)
 
-    def preload(self) -> None:
+    def preload(self, freeze: bool = True) -> None:
         """Load, choose and warm every model in this thread without starting any thread of
-        theirs (the supervisor forks serving processes after this); raises what loading raised."""
-        wanted = startup_plans(self.settings)
-        caches = {cache_dir(plan.options.compile_cache_dir) for plan in wanted}
-        before = _cache_files(caches)
-        self._preloaded = self._build(wanted, start=False)
-        self.cached_now = _cache_files(caches) - before
-        _freeze_heap()  # before the fork: pages the collector would otherwise write stay shared
+        theirs (the supervisor forks serving processes after this); raises what loading raised.
+        ``freeze=False``: a load only for the compile cache it fills, which nothing forks from."""
+        self._preloaded = self._build(startup_plans(self.settings), start=False)
+        if freeze:
+            _freeze_heap()  # before the fork: pages the collector would otherwise write stay shared
+
+    def cache_dirs(self) -> set[Path]:
+        """The compile caches the start-up models use."""
+        return {cache_dir(plan.options.compile_cache_dir) for plan in startup_plans(self.settings)}
+
+    def identity(self) -> str:
+        """What the start-up loads, as text: the same text means the same models and options."""
+        return repr(startup_plans(self.settings))
 
     def wait_loaded(self, timeout: float | None = None) -> None:
         if self._loader is not None:
@@ -299,10 +303,6 @@ def _resplit(model: ServedModel, shares: int) -> None:
 
 def _key(plan: ModelPlan) -> Key:
     return (plan.name or plan.source, plan.version)
-
-
-def _cache_files(directories: set[Path]) -> set[Path]:
-    return {path for directory in directories if directory.is_dir() for path in directory.iterdir()}
 
 
 def _freeze_heap() -> None:

@@ -27,13 +27,13 @@ before its fork (processes/supervisor_channel.py).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import logging
 import os
 import signal
 import socket
 import time
 from collections.abc import Mapping
+from functools import partial
 
 import uvicorn
 from prometheus_client import Counter, multiprocess
@@ -48,14 +48,14 @@ from inferpool.service.app import create_app
 from inferpool.service.models.host import ModelHost
 from inferpool.service.models.repository_calls import RepositoryCalls
 from inferpool.service.processes import supervisor_channel
-from inferpool.service.processes.backlog_answers import Standby, answer_backlog
+from inferpool.service.processes.backlog_answers import answer_backlog
+from inferpool.service.processes.cold_build import load_lean
 from inferpool.service.processes.idle_pages import page_out_code
 from inferpool.service.processes.model_swap import SIGNALS, ModelSwap
+from inferpool.service.processes.parent_death import die_with_parent
 from inferpool.service.processes.process_states import DOWN, ProcessBoard
 from inferpool.service.processes.retiring_server import RetiringServer
 from inferpool.service.processes.spread import ConnectionCounts
-from inferpool.service.processes.warm_restart import inherited_listener, restart_from_cache, restart_reason
-from inferpool.service.readiness import Readiness
 
 log = logging.getLogger(__name__)
 STOPS = (signal.SIGTERM, signal.SIGINT)
@@ -65,7 +65,6 @@ EXIT_GRACE_SECONDS = 5.0  # beyond drain_seconds, before a process that will not
 BACKLOG_SECONDS = 2.0  # answering what is queued when every process has stopped
 CRASH_WINDOW_SECONDS = 10.0  # a process dying sooner than this after its start counts as a crash
 MAX_CRASHES = 5  # in a row: then the fault is not transient, and the supervisor exits 1
-PR_SET_PDEATHSIG = 1
 LISTEN_SECONDS = 0.1  # with a repository: the watch waits this long for a call, then looks at signals
 
 
@@ -92,9 +91,8 @@ class Supervisor:
 
     def run(self) -> int:
         began = time.monotonic()
-        inherited = inherited_listener()
         try:
-            listener = inherited or _listen(self.settings.host, self.settings.port)
+            listener = _listen(self.settings.host, self.settings.port)
         except OSError as exc:  # the port is taken, the address is not this machine's, ...
             log.error("cannot listen on %s:%d: %s", self.settings.host, self.settings.port, exc)
             return 2
@@ -110,24 +108,11 @@ class Supervisor:
         # and a KeyboardInterrupt raised inside an exporter or a probe thread can be swallowed.
         if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not if inherited as ignored
             signal.signal(signal.SIGINT, signal.SIG_DFL)
-        standby = Standby(listener, Readiness.LOADING)
-        loading = time.monotonic()
-        try:
-            host.preload()
-        except EngineError as exc:  # the model's or the config's fault: one line, as config errors are
-            log.error("loading the models failed: %s", exc)
-            log.debug("loading the models failed", exc_info=True)
-            return 2
-        except Exception:
-            log.exception("loading the models failed")
-            return 1
-        finally:
-            standby.stop()  # joined: no thread of the parent's may exist at a fork
-        if inherited is None and (reason := restart_reason(host.cached_now, time.monotonic() - loading)):
-            log.info("%s: starting again from the cache", reason)
-            if held is not None:
-                held.close()
-            restart_from_cache(listener)  # processes/warm_restart.py; does not return
+        # processes/cold_build.py: a cold start builds in a child, and this process loads warm.
+        load, build = partial(_preload, host), partial(_preload, host, freeze=False)
+        code = load_lean(load, build, host.cache_dirs(), host.identity(), listener)
+        if code != 0:
+            return code
         if self.settings.model_repository is not None:
             calls = RepositoryCalls(self.settings, host.planned)
             self.swap = ModelSwap(self, calls, began + self.settings.repository_poll_seconds)
@@ -172,7 +157,7 @@ class Supervisor:
         # Its own process group: a terminal's Ctrl-C reaches only the supervisor, which then
         # drains every process once (a second signal would skip the drain).
         os.setpgid(0, 0)
-        _die_with_parent()
+        die_with_parent()
         signal.pthread_sigmask(signal.SIG_SETMASK, set())
         host.join(self.board, slot)
         calls = supervisor_channel.Control(channel, self.settings.model_control_mode)
@@ -276,6 +261,20 @@ class Supervisor:
         return exited
 
 
+def _preload(host: ModelHost, freeze: bool = True) -> int:
+    """``host.preload()``: 0, or the start's exit status with the reason logged."""
+    try:
+        host.preload(freeze)
+    except EngineError as exc:  # the model's or the config's fault: one line, as config errors are
+        log.error("loading the models failed: %s", exc)
+        log.debug("loading the models failed", exc_info=True)
+        return 2
+    except Exception:
+        log.exception("loading the models failed")
+        return 1
+    return 0
+
+
 def _listen(host: str, port: int) -> socket.socket:
     """The one listening socket every serving process accepts from (one shared accept queue).
 
@@ -317,11 +316,3 @@ def _hold(host: str, port: int) -> socket.socket:
 def _signal(pid: int, signo: int) -> None:
     with contextlib.suppress(ProcessLookupError):  # already gone: reaped next
         os.kill(pid, signo)
-
-
-def _die_with_parent() -> None:
-    """If the supervisor is killed outright, its serving processes get SIGTERM and drain."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):
-        log.debug("prctl(PR_SET_PDEATHSIG) is unavailable: serving processes outlive a killed supervisor")

@@ -1,8 +1,9 @@
 """Open Inference Protocol v2 bodies, JSON and the binary tensor data extension.
 
-Binary inputs are *viewed*, not parsed: ``np.frombuffer`` over the request body (a bytearray,
-so the view is writable and torch takes it without a copy), after checking that datatype,
-shape and byte count agree; copied once only when the view would be misaligned. Binary
+Binary inputs are *viewed*, not parsed: ``np.frombuffer`` over the request body (a bytearray, or
+the lane's aligned buffer: writable either way, so torch takes the view without a copy), after
+checking that datatype, shape and byte count agree; copied once only when the view would be
+misaligned. Binary
 outputs are the runtime's arrays' own bytes appended to the response. This is the HTTP
 counterpart of AOTInductor's ArrayRef interface.
 
@@ -48,6 +49,8 @@ _LEAF_KINDS = {"b": "booleans", "f": "numbers with a fraction, an exponent or be
 _JSON_TYPES = {
     bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list", dict: "an object",
 }  # fmt: skip
+Body = bytearray | memoryview
+"""A request body: read by the ASGI path, or into the lane's aligned buffer (service/http/body_buffer.py)."""
 # Longer than any length a body can have: int() of a longer digit string is refused (or slow).
 _MAX_LENGTH_DIGITS = 19
 
@@ -65,7 +68,7 @@ class InferRequest:
 
 
 def parse_request(
-    body: bytearray, header_length: str | None, expected: Mapping[str, TensorMeta] | None = None
+    body: Body, header_length: str | None, expected: Mapping[str, TensorMeta] | None = None
 ) -> InferRequest:
     """``expected``: the model's inputs (metadata); an input of another datatype or shape is
     refused, as Triton does, instead of being cast. Inputs it does not name are left to the
@@ -170,7 +173,7 @@ def _kind(value: object) -> str:
 
 
 def _input(
-    tensor: Mapping[str, Any], body: bytearray, offset: int, expected: Mapping[str, TensorMeta], booleans: bool
+    tensor: Mapping[str, Any], body: Body, offset: int, expected: Mapping[str, TensorMeta], booleans: bool
 ) -> tuple[str, Array, int]:
     name, datatype, shape = tensor.get("name"), tensor.get("datatype"), tensor.get("shape")
     if not isinstance(name, str):
@@ -243,7 +246,7 @@ def _leaves(array: Array) -> str:
 
 
 def _bytes_input(
-    name: str, tensor: Mapping[str, Any], shape: list[int], body: bytearray, offset: int
+    name: str, tensor: Mapping[str, Any], shape: list[int], body: Body, offset: int
 ) -> tuple[str, Array, int]:
     raw = _object(tensor.get("parameters", {}), f"input '{name}' parameters").get("binary_data_size")
     items: list[object]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from fastapi import APIRouter, Request, Response
 from starlette.types import Receive, Scope
@@ -75,9 +75,15 @@ class Predict(RawRoute):
         name = found.group(1)
         return self.door.resolve(None if name is None else name.decode())
 
-    def decode(self, served: Served, request_body: bytearray, headers: dict[bytes, bytes]) -> Decoded:
+    def decode(self, served: Served, request_body: bytearray | memoryview, headers: dict[bytes, bytes]) -> Decoded:
         """The lane's: the body, decoded as ``answer`` decodes it."""
-        return Decoded(decode_inputs(request_body), _encode, None, headers.get(TIMEOUT_HEADER))
+        # No data offset (below): the lane reads this route's bodies into a bytearray.
+        body = cast(bytearray, request_body)
+        return Decoded(decode_inputs(body), _encode, None, headers.get(TIMEOUT_HEADER))
+
+    def data_offset(self, headers: dict[bytes, bytes], length: int) -> None:
+        """The lane's: JSON only, no binary data."""
+        return None
 
     def answer_of(self, encoded: bytes, timing: tuple[bytes, bytes]) -> Answer:
         return encoded, JSON, [timing]

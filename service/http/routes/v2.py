@@ -130,17 +130,26 @@ class Infer(RawRoute):
         version = found.group(2)
         return self.door.resolve(found.group(1).decode(), None if version is None else version.decode())
 
-    def decode(self, served: Served, request_body: bytearray, headers: dict[bytes, bytes]) -> Decoded:
+    def decode(self, served: Served, request_body: bytearray | memoryview, headers: dict[bytes, bytes]) -> Decoded:
         """The lane's: the body, parsed as ``answer`` parses it."""
         request = _parsed(served, request_body, headers)
         priority = request.parameters.get("priority")
         return Decoded(request.inputs, _encode, request, headers.get(TIMEOUT_HEADER), request.timeout_ms, priority)
 
+    def data_offset(self, headers: dict[bytes, bytes], length: int) -> int | None:
+        """The lane's: the binary data follows the JSON header, whose length its header gives (one
+        that is not a length within the body is left for ``decode`` to refuse)."""
+        value = headers.get(HEADER_LENGTH_RAW)
+        if value is None or not value.isdigit() or len(value) > 9:
+            return None
+        offset = int(value)
+        return offset if 0 < offset < length else None
+
     def answer_of(self, encoded: tuple[bytes, int | None], timing: tuple[bytes, bytes]) -> Answer:
         return _answer(encoded, timing)
 
 
-def _parsed(served: Served, body: bytearray, headers: dict[bytes, bytes]) -> InferRequest:
+def _parsed(served: Served, body: bytearray | memoryview, headers: dict[bytes, bytes]) -> InferRequest:
     length = headers.get(HEADER_LENGTH_RAW)
     return parse_request(body, None if length is None else length.decode("latin-1"), served.expected())
 

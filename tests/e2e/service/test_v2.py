@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import socket
+import time
+from typing import BinaryIO
 
 import httpx2
 import numpy as np
@@ -10,6 +13,7 @@ import pytest
 import tritonclient.http as triton
 from tritonclient.utils import InferenceServerException
 
+from inferpool.harness.payloads import v2_request
 from inferpool.harness.server import run_server, wait_ready
 
 
@@ -154,3 +158,44 @@ def test_errors_are_json_on_every_v2_path(server):
     not_json = httpx2.post(server.url + "/v2/models/digits/infer", content=b"{nope")
     assert not_json.status_code == 400
     assert "not valid JSON" in not_json.json()["error"]
+
+
+def test_a_large_binary_request_matches_eager(client, reference):
+    # 1,000 images: a 256 KB body, over the 64 KiB the lane reads through the parser.
+    x = np.random.default_rng(5).integers(0, 17, size=(1000, 1, 8, 8)).astype(np.float32)
+    tensor = triton.InferInput("image", list(x.shape), "FP32")
+    tensor.set_data_from_numpy(x, binary_data=True)
+    result = client.infer("digits", [tensor], outputs=[triton.InferRequestedOutput("probabilities")])
+    np.testing.assert_allclose(result.as_numpy("probabilities"), reference(x)[0], rtol=1e-5, atol=1e-7)
+
+
+def test_a_large_body_sent_in_pauses_then_a_pipelined_request_are_both_answered(server, reference):
+    x = np.random.default_rng(6).integers(0, 17, size=(1000, 1, 8, 8)).astype(np.float32)
+    large = v2_request("digits", {"image": x}, ["label"], tag="odd")  # moves the data off alignment
+    small = v2_request("digits", {"image": x[:3]}, ["label"])
+    first, then = large.encode("127.0.0.1", 0), small.encode("127.0.0.1", 0)
+    host, port = server.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        # The head and a little of the body, then the rest in pieces, the last with the next request.
+        for piece in (first[:2000], first[2000:100_000], first[100_000:] + then):
+            sock.sendall(piece)
+            time.sleep(0.05)
+        answers = _read_answers(sock.makefile("rb"), 2)
+    for (status, labels), images in zip(answers, (x, x[:3]), strict=True):
+        assert status == 200
+        np.testing.assert_array_equal(labels, reference(images)[1])
+
+
+def _read_answers(stream: BinaryIO, count: int) -> list[tuple[int, np.ndarray]]:
+    """``count`` v2 binary answers off a connection: each one's status and its label output."""
+    found = []
+    for _ in range(count):
+        status = int(stream.readline().split()[1])
+        headers = {}
+        while (line := stream.readline()) not in (b"\r\n", b""):
+            name, _, value = line.decode().partition(":")
+            headers[name.strip().lower()] = value.strip()
+        body = stream.read(int(headers["content-length"]))
+        json_end = int(headers["inference-header-content-length"])
+        found.append((status, np.frombuffer(body[json_end:], dtype=np.int64)))
+    return found

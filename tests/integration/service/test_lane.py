@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import re
+from collections.abc import Iterator
 
 import numpy as np
 import orjson
@@ -16,11 +17,13 @@ import uvicorn
 from fastapi.testclient import TestClient
 from uvicorn.server import ServerState
 
-from inferpool.harness.payloads import Payload, digits_v2_binary, digits_v2_json
+from inferpool.harness.payloads import Payload, digits_v2_binary, digits_v2_json, v2_request
 from inferpool.harness.transport import MemoryTransport
 from inferpool.service.http import lane
 from inferpool.service.http.fastpath import InferPoolApp
 from inferpool.service.http.protocol import guarded_protocol
+from inferpool.service.http.routes import v2 as v2_routes
+from inferpool.service.v2.codec import InferRequest, parse_request
 from tests.integration.service.conftest import app_client, metric_total
 
 SAMPLE = orjson.dumps({"inputs": np.zeros((1, 8, 8)).tolist()})
@@ -260,3 +263,70 @@ def test_a_model_on_worker_threads_is_answered_on_a_task_with_the_same_bytes(mon
             assert lane.startswith(b"HTTP/1.1 200" if body != b"{oops" else b"HTTP/1.1 400")
             assert without_volatile(lane) == without_volatile(asgi)
         assert on_threads.state.activity.active == 0
+
+
+@pytest.fixture(scope="module")
+def roomy() -> Iterator[InferPoolApp]:
+    """An app whose body limit (1 MiB) lets bodies over 64 KiB onto the lane."""
+    with app_client("--max-body-bytes", "1048576") as large:
+        yield large.app  # type: ignore[misc]
+
+
+def images_v2_binary(tag: str) -> Payload:
+    """300 digits as v2 binary tensor data (~77 KB); the tag's length moves where the data starts."""
+    images = np.random.default_rng(3).integers(0, 17, size=(300, 1, 8, 8)).astype(np.float32)
+    return v2_request("digits", {"image": images}, ["label"], tag=tag)
+
+
+def test_a_v2_binary_body_over_64_kib_is_read_in_pieces_into_an_aligned_buffer(roomy, monkeypatch):
+    viewed: list[np.ndarray] = []
+    real = parse_request
+
+    def parse(*args: object) -> InferRequest:
+        parsed = real(*args)  # type: ignore[arg-type]
+        viewed.append(parsed.inputs["image"])
+        return parsed
+
+    monkeypatch.setattr(v2_routes, "parse_request", parse)
+    for request_id in ("a", "ab", "abc", "abcd"):  # every alignment of the data within the body
+        path, body, headers = payload(images_v2_binary(request_id))
+        asgi, _ = exchange(roomy, post(path, body, *headers, "x-request-id: same", chunked=True))
+        raw = post(path, body, *headers, "x-request-id: same")
+        with monkeypatch.context() as patch:
+            patch.setattr(InferPoolApp, "__call__", refuse_asgi)
+            # As a socket hands it over: the head with a little of the body, then uneven pieces.
+            lane, _ = exchange(roomy, raw[:700], raw[700:40_000], raw[40_000:70_001], raw[70_001:])
+        assert lane.startswith(b"HTTP/1.1 200 OK")
+        assert without_volatile(lane) == without_volatile(asgi)
+        image = viewed[-1]
+        assert image.ctypes.data % 64 == 0
+        assert not image.flags.owndata  # a view of the buffer the body was read into, not a copy
+        assert image.flags.writeable
+
+
+def test_two_large_bodies_pipelined_in_one_read_are_both_answered(roomy):
+    # The second is the lane's when the first is answered at once, else it waits the ASGI way.
+    binary = payload(images_v2_binary("one"))
+    large = orjson.dumps({"inputs": np.full((250, 1, 8, 8), 12.5).tolist()})
+    assert len(large) > 64 * 1024
+    answer, closed = exchange(roomy, post(*binary[:2], *binary[2], "x-request-id: a") + post("/predict", large))
+    assert re.findall(rb"HTTP/1.1 (\d+)", answer) == [b"200", b"200"]
+    assert not closed
+
+
+def test_a_client_gone_halfway_through_a_large_body_is_counted_499(roomy):
+    path, body, headers = payload(images_v2_binary("gone"))
+    answer, _ = exchange(roomy, post(path, body, *headers)[: -len(body) // 2], answers=0)
+    assert answer == b""
+    assert roomy.state.activity.active == 0
+
+
+def test_a_request_in_the_same_read_as_the_end_of_a_large_body_is_parsed_afresh(roomy):
+    # The body's tail goes into its buffer past the parser; the next request's head follows it.
+    path, body, headers = payload(images_v2_binary("tail"))
+    first = post(path, body, *headers, "x-request-id: a")
+    then = post("/predict", SAMPLE, "x-request-id: b") + post(path, body, *headers, "x-request-id: c")
+    answer, closed = exchange(roomy, first[:1000], first[1000:50_000], first[50_000:] + then[:5000], then[5000:])
+    assert re.findall(rb"x-request-id: (\w)\r\n", answer) == [b"a", b"b", b"c"]
+    assert re.findall(rb"HTTP/1.1 (\d+)", answer) == [b"200", b"200", b"200"]
+    assert not closed

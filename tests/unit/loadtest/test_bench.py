@@ -210,6 +210,16 @@ def test_lane_cpu_answers_every_request_through_the_protocol(stub, capsys):
     from inferpool.service.frontdoor import FrontDoor
 
     assert ServedModel.infer_inline.__name__ == FrontDoor.infer_inline.__name__ == "infer_inline"  # as they were
+    assert ServedModel.infer.__name__ == FrontDoor.infer.__name__ == "infer"
+
+
+def test_lane_cpu_feeds_resnet_bodies_in_socket_sized_pieces(capsys):
+    argv = ["--body", "resnet-v2-binary", "--stub", "engine", "--chunk", "65536"]
+    found = bench.runner("lane_cpu")([*argv, "--connections", "2", "--wakeups", "3", "--repeats", "2"])
+    assert isinstance(found, list)
+    assert len(found) == 2
+    assert 0 < found[0] <= found[1]
+    assert "resnet-v2-binary, 2 connections, engine stubbed, 65536-byte pieces" in capsys.readouterr().out
 
 
 def test_app_cpu_and_engine_request_also_run_as_files_against_a_checkout():

@@ -8,15 +8,15 @@ What is read, and where (issue 56, item 2):
   and reads ``RequestResponseCycle`` (its ``scope``, ``disconnected``, ``response_complete``,
   ``transport``), and the protocol's ``cycle``, ``config.app``, ``connections``, ``pipeline``,
   ``flow.resume_reading``, ``loop``, ``transport``, and overrides its parser callbacks
-  (``on_message_begin``, ``on_headers_complete``, ``on_message_complete``), ``data_received``,
+  (``on_message_begin``, ``on_headers_complete``, ``on_body``, ``on_message_complete``), ``data_received``
+  (replacing ``parser``),
   ``connection_made``/``connection_lost``, ``send_400_response`` and ``on_response_complete``
   (reading ``server_state.total_requests``, ``timeout_keep_alive``,
   ``timeout_keep_alive_handler`` and ``_start_asgi_task``).
-- service/http/lane.py reads ``uvicorn.protocols.http.httptools_impl.STATUS_LINE``,
-  ``uvicorn.protocols.http.flow_control.HIGH_WATER_LIMIT``, and the protocol's ``parser``,
+- service/http/lane.py reads ``uvicorn.protocols.http.httptools_impl.STATUS_LINE``, and the protocol's ``parser``,
   ``url``, ``headers``, ``root_path``, ``connections``, ``tasks``, ``transport``,
   ``server_state.default_headers`` and ``on_response_complete``; its ``LaneRequest`` stands in
-  for a ``RequestResponseCycle`` (``message_event``, ``more_body``, ``body``,
+  for a ``RequestResponseCycle`` (``message_event``, ``more_body``,
   ``disconnected``, ``response_complete``, ``keep_alive``).
 - service/processes/spread.py subclasses the protocol class again (``eof_received``,
   ``connection_lost``, ``on_headers_complete``) and reads ``cycle.keep_alive``.
@@ -25,7 +25,8 @@ What is read, and where (issue 56, item 2):
   ``config.http_protocol_class``.
 
 httptools is read through its public parser API only (``get_method``, ``should_upgrade``,
-``get_http_version``, ``should_keep_alive``): no pin of its own.
+``get_http_version``, ``should_keep_alive``, and a new ``HttpRequestParser(protocol)`` in the
+protocol's ``parser`` after a body read past it): no pin of its own.
 """
 
 from __future__ import annotations
