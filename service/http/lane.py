@@ -28,8 +28,7 @@ import logging
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 
@@ -38,9 +37,10 @@ from inferpool.service.asked import PRIORITY_HEADER, asked_in
 from inferpool.service.auth import ApiKey
 from inferpool.service.calls import CLIENT_CLOSED, HttpCall
 from inferpool.service.errors import ErrorAnswer, answer_for, unexpected
-from inferpool.service.frontdoor import Activity, Encoder, FrontDoor, Looked, Served, request_ids
+from inferpool.service.frontdoor import Activity, Looked, Served, request_ids
 from inferpool.service.http.body_buffer import SMALLEST, BodyBuffers, LaneBody
 from inferpool.service.http.codec import Disconnected
+from inferpool.service.http.lane_routes import Decoded, LaneRoute
 from inferpool.service.http.middleware import SERIAL
 from inferpool.service.http.rawasgi import JSON, Answer, error_headers, server_timing
 from inferpool.service.inline_together import Answered, Together
@@ -49,73 +49,9 @@ from inferpool.service.telemetry.metrics import Inference, Metrics
 if TYPE_CHECKING:
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-NAME = rb"([A-Za-z0-9._-]+)"
 log = logging.getLogger(__name__)
 EAGER_CONNECTIONS = 2
 """A process holding at most this many connections answers a request as soon as its body is in."""
-
-
-@dataclass(frozen=True, slots=True)
-class Decoded:
-    """A lane request's body as its route decoded it: what the front door's ``infer`` takes."""
-
-    inputs: object
-    encode: Encoder[Any, Any]
-    decoded: object
-    """What ``encode`` is given besides the outputs (the parsed v2 request; None for /predict)."""
-    timeout: bytes | None
-    """The X-Request-Timeout-Ms header."""
-    timeout_ms: float | None = None
-    """The v2 ``timeout`` parameter."""
-    priority: object = None
-    """The v2 ``priority`` parameter, as sent (the front door checks it)."""
-
-
-class LaneHandler(Protocol):
-    """What a hot route gives the lane (service/http/routes: ``Predict``, ``Infer``)."""
-
-    door: FrontDoor
-
-    def resolve(self, found: re.Match[bytes]) -> Served:
-        """The model its matched path names (NotReady, or 404 for one not served)."""
-        ...
-
-    def decode(self, served: Served, request_body: bytearray | memoryview, headers: dict[bytes, bytes]) -> Decoded:
-        """The whole body, decoded for ``served`` (a 4xx error for a bad one)."""
-        ...
-
-    def data_offset(self, headers: dict[bytes, bytes], length: int) -> int | None:
-        """Where binary tensor data starts in a body of ``length`` bytes with these headers, if it
-        has any: the lane reads such a body into a buffer that puts that byte on an aligned
-        address (service/http/body_buffer.py), and ``decode`` gets a memoryview of it."""
-        ...
-
-    def answer_of(self, encoded: Any, timing: tuple[bytes, bytes]) -> Answer:
-        """The 200 for what the route's encoder made, with its Server-Timing header."""
-        ...
-
-
-@dataclass(frozen=True, slots=True)
-class LaneRoute:
-    """A route the lane answers: its paths (safe characters only: anything quoted, with a query or
-    an odd name goes the ASGI way), whose last group is optional, and the request metrics' label
-    without and with that group, as the router names the route."""
-
-    path: re.Pattern[bytes]
-    labels: tuple[str, str]
-    handler: LaneHandler
-
-
-def lane_routes(predict: LaneHandler, infer: LaneHandler) -> list[LaneRoute]:
-    """``/predict[/{name}]`` and v2 infer (service/http/routes: ``Predict``, ``Infer``)."""
-    return [
-        LaneRoute(re.compile(rb"/predict(?:/%s)?" % NAME), ("/predict", "/predict/{name}"), predict),
-        LaneRoute(
-            re.compile(rb"/v2/models/%s(?:/versions/%s)?/infer" % (NAME, NAME)),
-            ("/v2/models/{name}/infer", "/v2/models/{name}/versions/{version}/infer"),
-            infer,
-        ),
-    ]
 
 
 class LaneRequest(HttpCall):
