@@ -13,6 +13,7 @@ it), and neither imports torch.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -28,7 +29,7 @@ from inferpool.engine.models.text_api import (
 )
 from inferpool.engine.schema import Array, Schema, TensorSpec
 from inferpool.engine.serving.priorities import room
-from inferpool.engine.serving.requests import Prediction, request_id
+from inferpool.engine.serving.requests import Outcome, Prediction, request_id
 
 NOT_BLANK = r"[^\t-\r\u001c-\u0020\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
 """The JSON-Schema pattern of a text that is not blank as the handlers judge it (Python's
@@ -183,6 +184,12 @@ class EngineClient(Protocol):
     def infer_inline(self, inputs: object, deadline: float | None = None, request_id: str | None = None) -> Prediction:
         """``infer``'s answer, computed now, on the calling (event loop) thread; only for a model
         whose ``inline`` is True."""
+        ...
+
+    def infer_inline_together(self, requests: Sequence[tuple[object, float | None, str | None]]) -> list[Outcome]:
+        """``infer_inline`` for requests that arrived together, each ``(inputs, deadline,
+        request_id)``: one outcome each, in order, its Prediction or the error it is answered
+        with (one request's error never fails another); run as one model call where they stack."""
         ...
 
     def stats(self) -> ModelStats: ...

@@ -108,13 +108,14 @@ class RuntimeOptions:
 
     max_batch_size: int = 0
     """Most samples one model call may carry when concurrent requests are batched together
-    (1 = batching off: each request is its own call; 0, the default = the model's own choice:
-    8 for a text encoder served from its folder, whose length buckets let same-length requests
-    share a call, 1 for every other model). Batching pays off when a call's fixed cost (Python
-    dispatch between ops, kernel launch) is large next to its per-sample cost and many clients
-    send small requests at once; raise it to the batch size where a call's time per sample stops
-    falling (loadtest/bench/batching.py measures it). Leave it at 1 for models whose outputs have
-    no batch dimension, or when latency at low load matters most."""
+    (1 = batching off: each request is its own call, except that a model served inline runs the
+    requests one event-loop wake-up completes as one call: inferpool.engine.serving.inline_group;
+    0, the default = the model's own choice: 8 for a text encoder served from its folder, whose
+    length buckets let same-length requests share a call, 1 for every other model). Batching pays
+    off when a call's fixed cost (Python dispatch between ops, kernel launch) is large next to its
+    per-sample cost and many clients send small requests at once; raise it to the batch size where
+    a call's time per sample stops falling (loadtest/bench/batching.py measures it). Leave it at 1
+    for models whose outputs have no batch dimension, or when latency at low load matters most."""
 
     max_queue_delay_us: float = 500.0
     """How long, in microseconds, the first request of a batch may wait for company before

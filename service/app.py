@@ -19,7 +19,8 @@ from inferpool.service.errors import install_error_handlers
 from inferpool.service.frontdoor import Activity, FrontDoor, Served
 from inferpool.service.grpc.server import front_end
 from inferpool.service.http.fastpath import InferPoolApp
-from inferpool.service.http.lane import Lane, lane_routes
+from inferpool.service.http.lane import Lane
+from inferpool.service.http.lane_routes import lane_routes
 from inferpool.service.http.middleware import RequestContext
 from inferpool.service.http.openapi import model_aware_openapi
 from inferpool.service.http.routes import health, openai, predict, repository, text, v2

@@ -172,7 +172,11 @@ class SampleCount:
         if self.name is None:
             return 1
         # A list is the common case: tested first, it skips the Mapping ABC's slow isinstance.
-        value = inputs if type(inputs) is list else inputs.get(self.name) if isinstance(inputs, Mapping) else inputs
+        kind = type(inputs)
+        if kind is list:
+            value = inputs
+        else:  # a dict (v2's named arrays) skips the Mapping ABC's slow isinstance too
+            value = inputs.get(self.name) if kind is dict or isinstance(inputs, Mapping) else inputs  # type: ignore[attr-defined]
         if isinstance(value, np.ndarray):
             return int(value.shape[0]) if value.ndim == self.depth else 1
         depth, inner = 0, value

@@ -80,7 +80,10 @@ class Pipeline:
         self.max_samples = options.max_request_samples
         self._count = handler.samples if handler is not None else SampleCount(schema)
         self._quick = QuickInputs.of(schema)
-        self._outputs_as_run = not self.check_outputs and handler is None
+        self.outputs_as_run = not self.check_outputs and handler is None
+        self.stackable = all(spec.batched for spec in (*schema.inputs, *schema.outputs))
+        """Requests can share a call, stacked along dimension 0 (inferpool.engine.serving.inline_group);
+        cleared for good if a stacked call's outputs say otherwise."""
         self.abandoned = 0
         """Requests dropped before they ran because their caller had stopped waiting (its client
         left, its deadline passed): a running total, for metrics."""
@@ -93,9 +96,9 @@ class Pipeline:
 
     def admit(self, inputs: object, deadline: float | None, level: int = 0) -> int:
         """Count a request in for an executor that queues it; its samples (given back at release)."""
-        samples = self._samples(inputs)
+        samples = self.samples(inputs)
         if deadline is not None:
-            self._check_floor(samples, deadline, time.monotonic())
+            self.check_floor(samples, deadline, time.monotonic())
         self.admission.admit(samples, deadline, self.name, level)
         return samples
 
@@ -107,11 +110,11 @@ class Pipeline:
         exceed the capacity), a ``Work``, the call's timing for the estimate. The deadline is
         checked before and after (no timer can fire mid-call on the event loop)."""
         started = time.monotonic()
-        samples = self._samples(inputs)  # refuses too many before any conversion
+        samples = self.samples(inputs)  # refuses too many before any conversion
         if deadline is not None:
             if deadline <= started:
                 raise DeadlineExceeded(f"the request's deadline passed before model {self.name!r} got it")
-            self._check_floor(samples, deadline, started)
+            self.check_floor(samples, deadline, started)
         token = request_id.set(rid) if rid is not None and request_id.get() != rid else None
         try:
             context: object = None
@@ -123,11 +126,11 @@ class Pipeline:
             finished = time.monotonic()
             if single:
                 outputs = {name: out[0] for name, out in outputs.items()}
-            if not self._outputs_as_run:
+            if not self.outputs_as_run:
                 try:
-                    outputs = self._checked_outputs(outputs, context)
+                    outputs = self.checked_outputs(outputs, context)
                 except Exception as exc:  # noqa: BLE001 -- as on the other paths: a 500 that names no internals
-                    raise _finish_failed(exc, rid or "-")  # noqa: B904 -- the cause is logged, not sent
+                    raise finish_failed(exc, rid or "-")  # noqa: B904 -- the cause is logged, not sent
         except (Exception, KeyboardInterrupt, asyncio.CancelledError):
             raise
         except BaseException as exc:  # noqa: BLE001 -- SystemExit & co: on the event loop it would end the server
@@ -140,13 +143,13 @@ class Pipeline:
         rows = next(iter(arrays.values())).shape[0] if arrays else 1
         return Prediction(outputs, single, rows, 0.0, dispatched - started, finished - dispatched, 0.0, dispatched)
 
-    def _check_floor(self, samples: int, deadline: float, now: float) -> None:
+    def check_floor(self, samples: int, deadline: float, now: float) -> None:
         # One sample's floor the front end holds before the body is read; more samples' only here.
         floor = self.floor
         if samples > 1 and floor is not None and deadline - now < floor.seconds(samples):
             raise DeadlineBelowFloor(samples, floor.ms(samples))
 
-    def _samples(self, inputs: object) -> int:
+    def samples(self, inputs: object) -> int:
         samples = self._count(inputs)
         if samples > self.max_samples:
             raise InvalidInput(
@@ -282,7 +285,7 @@ class Pipeline:
     def release(self, work: Work) -> None:
         self.admission.leave(work.estimate)
 
-    def _checked_outputs(self, outputs: dict[str, Array], context: object) -> dict[str, Array]:
+    def checked_outputs(self, outputs: dict[str, Array], context: object) -> dict[str, Array]:
         if self.check_outputs:
             check_finite(outputs)  # on its own rows: one bad sample fails only its request
         if self.handler is not None:
@@ -295,9 +298,9 @@ class Pipeline:
         if work.single:
             outputs = {name: out[0] for name, out in outputs.items()}
         try:
-            outputs = self._checked_outputs(outputs, work.context)
+            outputs = self.checked_outputs(outputs, work.context)
         except Exception as exc:  # noqa: BLE001 -- this request's answer, not the batch's
-            return _finish_failed(exc, work.request_id)
+            return finish_failed(exc, work.request_id)
         return Prediction(
             outputs=outputs,
             single=work.single,
@@ -317,7 +320,7 @@ def worker_died(exc: BaseException) -> WorkerDied:
     return died
 
 
-def _finish_failed(exc: Exception, rid: str) -> EngineError:
+def finish_failed(exc: Exception, rid: str) -> EngineError:
     if isinstance(exc, EngineError):
         return exc
     token = request_id.set(rid)

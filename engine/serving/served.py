@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import statistics
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -33,9 +33,10 @@ from inferpool.engine.plan.threads import ThreadPlan, apply_thread_plan
 from inferpool.engine.plan.wide import build_lane_bounded
 from inferpool.engine.schema import Array, Schema
 from inferpool.engine.serving.admission import Admission, ServiceTimes
+from inferpool.engine.serving.inline_group import InlineRequest, run_together
 from inferpool.engine.serving.pipeline import Pipeline
 from inferpool.engine.serving.pool import RuntimePool
-from inferpool.engine.serving.requests import Prediction
+from inferpool.engine.serving.requests import Outcome, Prediction
 from inferpool.engine.serving.runtime_set import RuntimeSet
 
 log = logging.getLogger(__name__)
@@ -232,6 +233,22 @@ class ServedModel:
         finally:
             self.in_flight -= 1
 
+    def infer_inline_together(self, requests: Sequence[InlineRequest]) -> list[Outcome]:
+        """``infer_inline`` for requests that arrived together: one outcome each, in order (its
+        Prediction or its error), stacked into one model call where the model allows it
+        (inferpool.engine.serving.inline_group); one request alone takes ``infer_inline``'s path."""
+        if len(requests) == 1 or not self.pipeline.stackable:
+            return [_outcome(self.infer_inline, *request) for request in requests]
+        if not self.accepting:
+            return [NotReady(f"model {self.name!r} is shutting down") for _ in requests]
+        if not self.inline:
+            raise RuntimeError(f"model {self.name!r} runs on its {self.dispatch_mode!r} executor, not inline")
+        self.in_flight += len(requests)
+        try:
+            return run_together(self.pipeline, requests)
+        finally:
+            self.in_flight -= len(requests)
+
     def call(self, arrays: Mapping[str, Array]) -> dict[str, Array]:
         """One bare model call on arrays already shaped for it: no admission, validation or
         hand-off (what benchmarks compare the whole path against)."""
@@ -306,3 +323,11 @@ class ServedModel:
     def close(self) -> None:
         self.accepting = False
         self.executor.close()
+
+
+def _outcome(infer: Callable[[object, float | None, str | None], Prediction], *request: object) -> Outcome:
+    """A call's answer or the error it raised, as an outcome."""
+    try:
+        return infer(*request)  # type: ignore[arg-type]
+    except Exception as exc:  # noqa: BLE001 -- this request's answer, raised again by its caller
+        return exc

@@ -236,7 +236,9 @@ def http_cpu(argv: list[str] | None = None) -> dict[str, dict[str, list[float]]]
         for name, path in checkouts.items():
             command, env = serve_command(args.profile, name)
             env["PYTHONPATH"] = str(Path(path).resolve())
-            servers[name] = stack.enter_context(launch(command, name=name, env=env))
+            # Started outside every checkout: ``python -m`` puts its working directory first on the
+            # path, so from a checkout's root every server would import that checkout's inferpool.
+            servers[name] = stack.enter_context(launch(command, name=name, env=env, cwd=Path(scratch)))
         scripts = {
             (body, count): lua_script(payload, count, Path(scratch))
             for body, payload in bodies.items()

@@ -12,8 +12,10 @@ that only counts them. The figure is the process CPU per request (``time.process
 HTTP parse, the lane, decode, the front door, the engine's inline call and encode, without the
 kernel's socket work (``loadtest.bench http_cpu`` measures the real server). ``--stub`` answers
 every request after the first with the first one's result, to tell the parts apart: ``engine``
-stubs the engine's call (``ServedModel.infer_inline``), ``door`` the whole front door's
-(``FrontDoor.infer_inline``: the engine, encode and the inference metrics).
+stubs the engine's call (``ServedModel.infer_inline``, and each request of
+``infer_inline_together`` for a wake-up's requests), ``door`` the whole front door's
+(``FrontDoor.infer_inline``: the engine, encode and the inference metrics; a wake-up's requests
+are then answered one by one).
 
 ``--body resnet-v2-binary`` is ResNet-50's request (one 1x3x224x224 float32 image as v2 binary
 tensors, ~600 KB, as ``loadtest.paired`` sends it) to a stand-in model of the same input and name
@@ -47,6 +49,11 @@ from inferpool.harness.transport import MemoryTransport
 from inferpool.service.app import create_app
 from inferpool.service.frontdoor import FrontDoor
 from inferpool.service.http.protocol import guarded_protocol
+
+try:
+    from inferpool.service.inline_together import Together
+except ImportError:  # another checkout's, from before a wake-up's requests were held together
+    Together = None  # type: ignore[assignment,misc]
 
 BODIES: dict[str, Callable[[], Payload]] = {
     "v2-json": digits_v2_json, "predict": digits_json, "resnet-v2-binary": resnet50_v2_binary,
@@ -97,11 +104,38 @@ def stubbed(which: str | None) -> Iterator[None]:
     reals: dict[str, Callable[..., Any]] = {name: getattr(cls, name) for name in names}
     for name, real in reals.items():
         setattr(cls, name, _replaying(real))
+    held = _answered_alone(cls)
     try:
         yield
     finally:
         for name, real in reals.items():
             setattr(cls, name, real)
+        for owner, name, real in held:
+            setattr(owner, name, real)
+
+
+def _answered_alone(cls: type) -> list[tuple[Any, str, Any]]:
+    """A wake-up's requests held together (service/inline_together.py) are stubbed too: the
+    engine's call for many answers each with its (stubbed) call for one, and the door's holding
+    answers each at once from its (stubbed) ``infer_inline``. What was replaced, to restore."""
+    owner: Any
+    if cls is ServedModel and hasattr(cls, "infer_inline_together"):
+        owner, name = cls, "infer_inline_together"
+
+        def stub(self: Any, requests: list[Any]) -> list[Any]:
+            return [cls.infer_inline(self, *request) for request in requests]  # type: ignore[attr-defined]
+
+    elif cls is FrontDoor and Together is not None:
+        owner, name = Together, "hold"
+
+        def stub(self: Any, served: Any, *args: Any, then: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
+            return self.door.infer_inline(served, *args, **kwargs)
+
+    else:
+        return []
+    real = getattr(owner, name)
+    setattr(owner, name, stub)
+    return [(owner, name, real)]
 
 
 def _replaying(real: Callable[..., Any]) -> Callable[..., Any]:

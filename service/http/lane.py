@@ -27,92 +27,31 @@ import functools
 import logging
 import re
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 
+from inferpool.engine.client import request_id
 from inferpool.service.asked import PRIORITY_HEADER, asked_in
 from inferpool.service.auth import ApiKey
 from inferpool.service.calls import CLIENT_CLOSED, HttpCall
 from inferpool.service.errors import ErrorAnswer, answer_for, unexpected
-from inferpool.service.frontdoor import Activity, Encoder, FrontDoor, Looked, Served, request_ids
+from inferpool.service.frontdoor import Activity, Looked, Served, request_ids
 from inferpool.service.http.body_buffer import SMALLEST, BodyBuffers, LaneBody
 from inferpool.service.http.codec import Disconnected
+from inferpool.service.http.lane_routes import Decoded, LaneRoute
 from inferpool.service.http.middleware import SERIAL
 from inferpool.service.http.rawasgi import JSON, Answer, error_headers, server_timing
+from inferpool.service.inline_together import Answered, Together
 from inferpool.service.telemetry.metrics import Inference, Metrics
 
 if TYPE_CHECKING:
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-NAME = rb"([A-Za-z0-9._-]+)"
 log = logging.getLogger(__name__)
 EAGER_CONNECTIONS = 2
 """A process holding at most this many connections answers a request as soon as its body is in."""
-
-
-@dataclass(frozen=True, slots=True)
-class Decoded:
-    """A lane request's body as its route decoded it: what the front door's ``infer`` takes."""
-
-    inputs: object
-    encode: Encoder[Any, Any]
-    decoded: object
-    """What ``encode`` is given besides the outputs (the parsed v2 request; None for /predict)."""
-    timeout: bytes | None
-    """The X-Request-Timeout-Ms header."""
-    timeout_ms: float | None = None
-    """The v2 ``timeout`` parameter."""
-    priority: object = None
-    """The v2 ``priority`` parameter, as sent (the front door checks it)."""
-
-
-class LaneHandler(Protocol):
-    """What a hot route gives the lane (service/http/routes: ``Predict``, ``Infer``)."""
-
-    door: FrontDoor
-
-    def resolve(self, found: re.Match[bytes]) -> Served:
-        """The model its matched path names (NotReady, or 404 for one not served)."""
-        ...
-
-    def decode(self, served: Served, request_body: bytearray | memoryview, headers: dict[bytes, bytes]) -> Decoded:
-        """The whole body, decoded for ``served`` (a 4xx error for a bad one)."""
-        ...
-
-    def data_offset(self, headers: dict[bytes, bytes], length: int) -> int | None:
-        """Where binary tensor data starts in a body of ``length`` bytes with these headers, if it
-        has any: the lane reads such a body into a buffer that puts that byte on an aligned
-        address (service/http/body_buffer.py), and ``decode`` gets a memoryview of it."""
-        ...
-
-    def answer_of(self, encoded: Any, timing: tuple[bytes, bytes]) -> Answer:
-        """The 200 for what the route's encoder made, with its Server-Timing header."""
-        ...
-
-
-@dataclass(frozen=True, slots=True)
-class LaneRoute:
-    """A route the lane answers: its paths (safe characters only: anything quoted, with a query or
-    an odd name goes the ASGI way), whose last group is optional, and the request metrics' label
-    without and with that group, as the router names the route."""
-
-    path: re.Pattern[bytes]
-    labels: tuple[str, str]
-    handler: LaneHandler
-
-
-def lane_routes(predict: LaneHandler, infer: LaneHandler) -> list[LaneRoute]:
-    """``/predict[/{name}]`` and v2 infer (service/http/routes: ``Predict``, ``Infer``)."""
-    return [
-        LaneRoute(re.compile(rb"/predict(?:/%s)?" % NAME), ("/predict", "/predict/{name}"), predict),
-        LaneRoute(
-            re.compile(rb"/v2/models/%s(?:/versions/%s)?/infer" % (NAME, NAME)),
-            ("/v2/models/{name}/infer", "/v2/models/{name}/versions/{version}/infer"),
-            infer,
-        ),
-    ]
 
 
 class LaneRequest(HttpCall):
@@ -238,43 +177,75 @@ class Lane:
     def _run(self) -> None:
         self.scheduled = False
         pending, self.pending = self.pending, []
+        together = Together(pending[0].handler.door) if len(pending) > 1 else None
         for request in pending:
             try:
-                self._answer(request)
-            except Exception:  # a bug here must not strand the requests after it, nor the door's count
-                log.exception("answering a request on the lane failed")
-                request.protocol.transport.close()
-                if not request.response_complete:
-                    self._done(request, 500, None)
+                self._answer(request, together)
+            except Exception:  # noqa: BLE001 -- a bug here must not strand the requests after it (logged)
+                self._failed([request])
+        if together is not None:
+            try:
+                together.run()
+            except Exception:  # noqa: BLE001 -- nor those held (logged)
+                self._failed(pending)
 
-    def _answer(self, request: LaneRequest) -> None:
+    def _failed(self, requests: list[LaneRequest]) -> None:
+        """Nor leave the door's count: each unanswered one a 500, its connection closed."""
+        log.exception("answering a request on the lane failed")
+        for request in requests:
+            if len(requests) == 1 or not request.response_complete:
+                request.protocol.transport.close()
+            if not request.response_complete:
+                self._done(request, 500, None)
+
+    def _answer(self, request: LaneRequest, together: Together | None = None) -> None:
         if request.disconnected:
             self._done(request, CLIENT_CLOSED, None)
             return
         request.begin(asked_in(request.headers))
         handler = request.handler
+        answered: Answered
         try:
             served = handler.resolve(request.found)
             call = handler.decode(served, request.body.data, request.headers)
+            door = handler.door
             if served.model.inline:
-                encoded, inference = handler.door.infer_inline(
+                # Several at once: held, then run together (one engine call a model) by _run.
+                run: Callable[..., tuple[Any, Inference] | None] = door.infer_inline
+                if together is not None:
+                    run = functools.partial(together.hold, then=functools.partial(self._reply, request))
+                answered_now = run(
                     served, call.inputs, call.encode, call.decoded, received=request.started,
                     parsed=time.perf_counter(), rid=request.rid, timeout=call.timeout, timeout_ms=call.timeout_ms,
                     priority=call.priority,
                 )  # fmt: skip
+                if answered_now is None:
+                    return
+                answered = answered_now
             else:
-                door = handler.door
                 looked = door.look(served, call.inputs, call.encode, call.decoded, call.priority)
                 if looked[2] is None:
                     self._later(request, served, call, looked)
                     return
                 # A response cache hit: answered now, with no task.
-                encoded, inference = looked[2], door.hit(served, request.started, time.perf_counter())
-            answer = handler.answer_of(encoded, server_timing(request.started, inference))
-        except Exception as exc:  # noqa: BLE001 -- unexpected() logs the traceback
-            self._error(request, exc)
-            return
-        self._send(request, 200, answer, inference)
+                answered = looked[2], door.hit(served, request.started, time.perf_counter())
+        except Exception as exc:  # noqa: BLE001 -- _reply answers it (unexpected() logs the traceback)
+            answered = exc
+        self._reply(request, answered)
+
+    def _reply(self, request: LaneRequest, answered: Answered) -> None:
+        """Send what the front door answered: its encoded answer and phases, or the error for it."""
+        request_id.set(request.rid)  # answered after others' requests (together.run): its logs are its own
+        if not isinstance(answered, Exception):
+            try:
+                encoded, inference = answered
+                answer = request.handler.answer_of(encoded, server_timing(request.started, inference))
+            except Exception as exc:  # noqa: BLE001 -- unexpected() logs the traceback
+                answered = exc
+            else:
+                self._send(request, 200, answer, inference)
+                return
+        self._error(request, answered)
 
     def _later(self, request: LaneRequest, served: Served, call: Decoded, looked: Looked) -> None:
         """Its answer on a task (a model on worker threads): held in the server's task set, as
@@ -286,17 +257,15 @@ class Lane:
         task.add_done_callback(functools.partial(self._ended, request))
 
     async def _answer_later(self, request: LaneRequest, served: Served, call: Decoded, looked: Looked) -> None:
-        handler = request.handler
+        answered: Answered
         try:
-            encoded, inference = await handler.door.infer(
+            answered = await request.handler.door.infer(
                 served, call.inputs, call.encode, call.decoded, received=request.started, parsed=time.perf_counter(),
                 rid=request.rid, timeout=call.timeout, timeout_ms=call.timeout_ms, looked=looked,
             )  # fmt: skip
-            answer = handler.answer_of(encoded, server_timing(request.started, inference))
-        except Exception as exc:  # noqa: BLE001 -- unexpected() logs the traceback
-            self._error(request, exc)
-            return
-        self._send(request, 200, answer, inference)
+        except Exception as exc:  # noqa: BLE001 -- _reply answers it
+            answered = exc
+        self._reply(request, answered)
 
     def _ended(self, request: LaneRequest, _: object) -> None:
         """Its task is over: finished if it never answered. Cancelled (its client left: 499, or a

@@ -18,7 +18,7 @@ from inferpool.service.errors import documented_error
 from inferpool.service.frontdoor import Served
 from inferpool.service.http.codec import decode_inputs, encode_json, read_body
 from inferpool.service.http.fastpath import documentation_only
-from inferpool.service.http.lane import Decoded
+from inferpool.service.http.lane_routes import Decoded
 from inferpool.service.http.openapi import PREDICT_REQUEST, PREDICT_RESPONSES
 from inferpool.service.http.rawasgi import JSON, Answer, RawRoute, request_headers, timed
 from inferpool.service.timing import TIMEOUT_HEADER

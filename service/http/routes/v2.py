@@ -20,7 +20,7 @@ from inferpool.service.frontdoor import Served
 from inferpool.service.http.codec import json_response, read_body
 from inferpool.service.http.deps import DoorDep, host_of
 from inferpool.service.http.fastpath import documentation_only
-from inferpool.service.http.lane import Decoded
+from inferpool.service.http.lane_routes import Decoded
 from inferpool.service.http.rawasgi import BINARY, JSON, Answer, RawRoute, request_headers, timed
 from inferpool.service.timing import TIMEOUT_HEADER
 from inferpool.service.v2.codec import HEADER_LENGTH, InferRequest, encode_response, parse_request

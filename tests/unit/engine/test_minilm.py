@@ -10,6 +10,7 @@ import pytest
 
 from inferpool.engine import InvalidInput, RuntimeOptions, ServedModel, TokenIds
 from inferpool.engine.models.text_api import TextInputs
+from inferpool.engine.serving.requests import Prediction
 from inferpool.engine.zoo.minilm import BUCKETS, DIMENSIONS, EXAMPLE_TEXT, HELD_OUT_TEXTS, MAX_TOKENS, MiniLMHandler
 from tests.support.minilm_reference import LONG, SENTENCES, cosines, reference, token_ids
 
@@ -200,3 +201,40 @@ def test_tokenize_gives_the_ids_sentence_transformers_embeds(handler):
     assert [[token.id for token in each] for each in tokens] == token_ids(SENTENCES)
     assert tokens[0][0].special
     assert (tokens[0][1].start, tokens[0][1].stop) == (0, 2)  # "hi" of "Hi."
+
+
+def test_inline_requests_together_stack_by_length_bucket_and_match_alone(monkeypatch):
+    # A handler's model through inferpool.engine.serving.inline_group: each request's preprocess
+    # and postprocess (its own truncation flags, tokens), one call per length bucket.
+    options = RuntimeOptions(backend="eager", dispatch="inline", warmup_iters=1)
+    model = ServedModel.load(MODEL, options, handler=HANDLER)
+    try:
+        assert model.inline
+        assert model.pipeline.stackable
+        rows: list[tuple[int, int]] = []
+        run = model.runtimes.run
+
+        def counted(arrays):
+            rows.append(arrays["input_ids"].shape)
+            return run(arrays)
+
+        monkeypatch.setattr(model.runtimes, "run", counted)
+        payloads = [SENTENCES[i % len(SENTENCES)] for i in range(6)] + [SENTENCES[:2], ""]
+        found = model.infer_inline_together([(p, None, f"r{i}") for i, p in enumerate(payloads)])
+        calls = len(rows)
+        assert calls == len({shape[1] for shape in rows})  # one call per bucket
+        assert sum(shape[0] for shape in rows) == 6 + 2  # every good sample, none twice
+        assert isinstance(found[-1], InvalidInput)  # the empty text: its own error only
+        answers = [p for p in found[:-1] if isinstance(p, Prediction)]
+        assert len(answers) == 7
+        for i, prediction in enumerate(answers[:6]):
+            want = reference()[i % len(SENTENCES)]
+            assert cosines(prediction.outputs["embedding"], want) >= 0.999
+            assert bool(prediction.outputs["truncated"]) == (i % len(SENTENCES) == LONG)
+            alone = model.infer_inline(payloads[i]).outputs
+            np.testing.assert_allclose(prediction.outputs["embedding"], alone["embedding"], rtol=1e-4, atol=1e-5)
+            assert prediction.outputs["tokens"] == alone["tokens"]
+        assert answers[6].outputs["embedding"].shape == (2, 384)
+        assert cosines(answers[6].outputs["embedding"], reference()[:2]).min() >= 0.999
+    finally:
+        model.close()

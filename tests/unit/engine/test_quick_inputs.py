@@ -4,6 +4,8 @@ the general check (None), which answers or refuses as it always has."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -110,3 +112,13 @@ def test_schemas_it_cannot_check_take_the_general_path(spec):
 def test_a_model_of_two_inputs_takes_the_general_path():
     two = Schema(inputs=(IMAGE, TensorSpec("mask", "float32", (None, 4))), outputs=())
     assert QuickInputs.of(two) is None
+
+
+@pytest.mark.parametrize("value", [1e200, -1e300, 1.7e308])
+def test_values_whose_squares_overflow_are_left_to_the_general_check_without_a_warning(value):
+    quick = QuickInputs.of(SCHEMA)
+    assert quick is not None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's RuntimeWarning would raise here
+        assert quick([[[value, 0.0], [0.0, 1.0]]]) is None
+        assert quick(np.full((1, 1, 2, 2), value)) is None
