@@ -62,6 +62,8 @@ def load_lean(load: Load, build: Load, caches: Collection[Path], identity: str, 
     ``identity`` names what is loaded (the models and their options), for the note that its warm
     load compiles with builders anyway."""
     marker = _every_start_marker(caches, identity)
+    # The supervisor starts none before; a test process may hold some that the fork never meets.
+    earlier = set(threading.enumerate())
     standby = Standby(listener, Readiness.LOADING)
     try:
         if marker is None or marker.exists():
@@ -78,7 +80,7 @@ def load_lean(load: Load, build: Load, caches: Collection[Path], identity: str, 
             log.info("the compile cache lacks this start's artifacts (%s would be imported): "
                      "building them in a child process", needed)  # fmt: skip
         standby.stop()  # joined: no thread of ours may exist at the fork
-        if (threads := threading.enumerate()) != [threading.main_thread()]:  # a child could hang on their locks
+        if threads := [t for t in threading.enumerate() if t not in earlier]:  # a child could hang on their locks
             log.warning("threads %s outlived the refused load: building in this process instead", threads)
             standby = Standby(listener, Readiness.LOADING)
             return load()
