@@ -13,7 +13,8 @@ ResponseCacheMb = Annotated[
         ge=0,
         description="Megabytes of answers each serving process keeps to answer a repeated request (same model, "
         "version, route, inputs and parameters) with the same bytes, before admission and without the model; "
-        "kept from its second sighting, least recently used evicted first. 0 = the cache is off (no request pays "
+        "kept at once (a cheap model's, under 2 ms a call: from its second sighting), least recently used evicted "
+        "first. 0 = the cache is off (no request pays "
         "for it). A request with 'Cache-Control: no-cache' skips it.",
     ),
 ]

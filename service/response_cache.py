@@ -18,8 +18,9 @@ that a route needs no code of its own for it. An entry's key is:
 What is cached is the encoder's own product, the answer's body, so a hit is byte-identical to
 the answer it repeats. Off (``response_cache_mb = 0``), no request builds a key.
 
-A request is kept only once it is seen again (the ``Doorkeeper``, TinyLFU's): the first
-request of its inputs only leaves a mark, the second is kept, the third and later hit. Traffic
+For a cheap model (a call under ``DOORKEEPER_UNDER_MS``, service/frontdoor.py) a request is
+kept only once it is seen again (the ``Doorkeeper``, TinyLFU's): the first request of its inputs
+only leaves a mark, the second is kept, the third and later hit. A dearer model's are kept at once. Traffic
 without repeats then costs the cache one look at the mark a request, no key, no entry: it
 churns neither the LRU nor the garbage collector's generations (an entry is plain bytes, keys
 and bodies, which the collector does not follow).

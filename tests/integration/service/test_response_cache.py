@@ -48,3 +48,17 @@ def test_a_bad_priority_header_is_a_400(cached, path):
     answer = cached.post(path, content=body, headers={"X-Request-Priority": "3"})
     assert answer.status_code == 400
     assert "X-Request-Priority 3 is not a level of this server" in answer.json()["error"]
+
+
+def test_a_dear_models_answer_is_kept_at_its_first_sighting(cached, monkeypatch):
+    """The doorkeeper only guards cheap models: under a bar that digits' 1 ms floor meets, the
+    first request of its inputs is kept and the second hits."""
+    from inferpool.service import frontdoor
+
+    monkeypatch.setattr(frontdoor, "DOORKEEPER_UNDER_MS", 1)
+    body = orjson.dumps({"inputs": np.full((1, 8, 8), 3.0).tolist()})
+    hits, misses = _counts(cached)
+    first, second = (cached.post("/predict", content=body) for _ in range(2))
+    assert first.status_code == second.status_code == 200
+    assert second.content == first.content
+    assert _counts(cached) == (hits + 1, misses + 1)
