@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from pydantic import ConfigDict, model_validator
@@ -106,16 +105,15 @@ class RuntimeOptions:
     bounds what one request can allocate and how long it holds a runtime. Raise it for bulk
     offline scoring; lower it to keep tail latency predictable for many small clients."""
 
-    max_batch_size: int = 0
+    max_batch_size: int = 1
     """Most samples one model call may carry when concurrent requests are batched together
     (1 = batching off: each request is its own call, except that a model served inline runs the
-    requests one event-loop wake-up completes as one call: inferpool.engine.serving.inline_group;
-    0, the default = the model's own choice: 8 for a text encoder served from its folder, whose
-    length buckets let same-length requests share a call, 1 for every other model). Batching pays
-    off when a call's fixed cost (Python dispatch between ops, kernel launch) is large next to its
-    per-sample cost and many clients send small requests at once; raise it to the batch size where
-    a call's time per sample stops falling (loadtest/bench/batching.py measures it). Leave it at 1
-    for models whose outputs have no batch dimension, or when latency at low load matters most."""
+    requests one event-loop wake-up completes as one call: inferpool.engine.serving.inline_group).
+    Batching pays off when a call's fixed cost (Python dispatch between ops, kernel launch) is
+    large next to its per-sample cost and many clients send small requests at once; raise it to
+    the batch size where a call's time per sample stops falling (loadtest/bench/batching.py
+    measures it). Leave it at 1 for models whose outputs have no batch dimension, or when latency
+    at low load matters most."""
 
     max_queue_delay_us: float = 500.0
     """How long, in microseconds, the first request of a batch may wait for company before
@@ -264,18 +262,14 @@ class RuntimeOptions:
             "lend_idle_cores": (self.lend_idle_cores in LEND_MODES, f"use one of {LEND_MODES}"),
             "native_bf16": (self.native_bf16 in NATIVE_BF16_MODES, f"use one of {NATIVE_BF16_MODES}"),
             "wait_for_company": (self.wait_for_company in WAIT_MODES, f"use one of {WAIT_MODES}"),
-            "max_batch_size": (
-                self.max_batch_size >= 0,
-                "use 1 to turn batching off, the largest batch to run, or 0 for the model's own choice",
-            ),
+            "max_batch_size": (self.max_batch_size >= 1, "use 1 to turn batching off, or the largest batch to run"),
             "max_queue_delay_us": (
                 self.max_queue_delay_us >= 0,
                 "use a non-negative number of microseconds (0 = run whatever is queued at once)",
             ),
             "preferred_batch_sizes": (
                 all(1 <= size <= self.max_batch_size for size in self.preferred_batch_sizes),
-                f"use sizes between 1 and max_batch_size ({self.max_batch_size}), which a list of sizes needs set "
-                "(0 leaves it to the model), or () for none",
+                f"use sizes between 1 and max_batch_size ({self.max_batch_size}), or () for none",
             ),
             "compiled_batch_sizes": (
                 all(size >= 1 for size in self.compiled_batch_sizes),
@@ -314,10 +308,3 @@ class RuntimeOptions:
         for name, (ok, fix) in checks.items():
             if not ok:
                 raise ValueError(f"{name}={getattr(self, name)!r} is invalid: {fix}")
-
-    def for_model(self, model_batch_size: int) -> RuntimeOptions:
-        """These options with ``max_batch_size`` 0 resolved to the model's own (``ModelSpec.max_batch_size``);
-        1 where dispatch is ``inline``, which never batches."""
-        if self.max_batch_size:
-            return self
-        return replace(self, max_batch_size=1 if self.dispatch == "inline" else model_batch_size)

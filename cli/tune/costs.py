@@ -94,8 +94,7 @@ class CostMeter:
     def __init__(self, source: str, options: RuntimeOptions, handler: str | None, request: object, cpus: int) -> None:
         model = load_model(source)
         self.module = InferenceModule.from_spec(model)
-        served = options.for_model(model.max_batch_size)
-        self.options = replace(served, warmup_iters=max(2, options.warmup_iters), num_runtimes=1)
+        self.options = replace(options, warmup_iters=max(2, options.warmup_iters), num_runtimes=1)
         self.batched = all(spec.batched for spec in self.module.schema.inputs + self.module.schema.outputs)
         self.one = self._one_request(load_handler(handler) if handler else model.handler, request)
         self.costs = Costs(cpus, self.batched)

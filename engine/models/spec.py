@@ -24,9 +24,7 @@ class ModelSpec:
     ``held_out`` is the model's own held-out inputs for the int8 accuracy gate (batches of
     arrays named as its inputs; MiniLM: one per text, as a request sends it), used when
     ``runtime.accuracy_inputs`` names no file; without them the gate takes the example inputs
-    and seeded random variations of them. ``max_batch_size`` is the batch the model serves with
-    when ``runtime.max_batch_size`` leaves it to the model (0, the default): 1 (batching off) for
-    most; a text encoder's folder says 8, since its length buckets let requests share a call.
+    and seeded random variations of them.
     """
 
     module: torch.nn.Module
@@ -37,4 +35,3 @@ class ModelSpec:
     dynamic_dims: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     held_out: Sequence[Mapping[str, np.ndarray]] = ()
     handler: Handler | None = None
-    max_batch_size: int = 1

@@ -60,7 +60,6 @@ def read_source(
     started = time.perf_counter()
     spec = load_model(source)
     module = InferenceModule.from_spec(replace(spec, name=name) if name else spec)
-    options = options.for_model(spec.max_batch_size)
     return Source(module, options, plan, load_handler(handler) if handler else spec.handler, started)
 
 

@@ -149,5 +149,4 @@ def ensure_packages(module: InferenceModule, options: RuntimeOptions, progress: 
 def compile_model(source: str, options: RuntimeOptions, progress: Progress = log.info) -> list[Package]:
     """``inferpool compile``: load the model from ``source`` and make sure its packages exist."""
     progress(f"loading {source}")
-    spec = load_model(source)
-    return ensure_packages(InferenceModule.from_spec(spec), options.for_model(spec.max_batch_size), progress)
+    return ensure_packages(InferenceModule.from_spec(load_model(source)), options, progress)

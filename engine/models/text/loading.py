@@ -47,10 +47,6 @@ def _encode(handler: FolderHandler, texts: list[str]) -> Encoded:
 
 
 RERANK_TEXTS = 8
-FOLDER_BATCH_SIZE = 8
-"""A folder's batch when ``runtime.max_batch_size`` leaves it to the model: requests share a call
-within a length bucket, and under load a call of 8 one-sentence requests measured 1.6-2x the
-requests/s of one call each (docs/BENCHMARKS.md, encoder folders against Infinity)."""
 """Texts per held-out call of a cross-encoder: the gates judge its one score per text by the
 call's column of scores (inferpool.engine.backends.gate), so each call is a small rerank."""
 
@@ -93,5 +89,4 @@ def load_folder(source: str, name: str | None = None) -> ModelSpec:
         dynamic_dims={key: (1,) for key in example},
         held_out=held_out_inputs(handler),
         handler=handler,
-        max_batch_size=FOLDER_BATCH_SIZE,
     )

@@ -7,7 +7,6 @@ each answering /predict, v2 and (MiniLM) OpenAI's client as the reference implem
 from __future__ import annotations
 
 import shutil
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx2
@@ -74,21 +73,6 @@ def test_an_embedder_folder_answers_as_sentence_transformers(server, folders):
     assert outputs["embedding"]["shape"] == [len(TEXTS), 32]
     got = np.reshape(outputs["embedding"]["data"], (-1, 32))
     np.testing.assert_allclose(got, reference.encode(folders["embedder"]), atol=1e-4)
-
-
-def test_a_folder_batches_by_default_and_each_concurrent_request_keeps_its_answer(server, folders):
-    name = folders["embedder"].name
-    config = httpx2.get(f"{server.url}/v2/models/{name}/config", timeout=10).json()
-    assert (config["max_batch_size"], config["dispatch"]) == (8, "batch")
-    expected = reference.encode(folders["embedder"])
-    # Texts of different lengths, many at once: each request's answer is its own text's.
-    order = [i % len(TEXTS) for i in range(48)]
-    with ThreadPoolExecutor(16) as pool:
-        answers = list(pool.map(lambda i: predict(server, name, TEXTS[i])["embedding"], order))
-    np.testing.assert_allclose(np.asarray(answers), expected[order], atol=1e-4)
-    # The MiniLM copy names its own runtime options (not max_batch_size): still the folder's 8.
-    minilm = httpx2.get(f"{server.url}/v2/models/{MINILM_COPY}/config", timeout=10).json()
-    assert minilm["max_batch_size"] == 8
 
 
 def test_a_cross_encoder_folder_scores_pairs_as_cross_encoder_predict(server, folders):

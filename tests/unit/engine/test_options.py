@@ -28,7 +28,7 @@ def test_the_defaults_are_valid_and_frozen():
         ({"warmup_iters": -1}, "warmup_iters=-1 is invalid: use 0 to skip warm-up"),
         ({"borrow_timeout": 0}, "borrow_timeout=0.0 is invalid: use a positive number of seconds"),
         ({"dispatch": "fast"}, "dispatch='fast' is invalid: use one of"),
-        ({"max_batch_size": -1}, "max_batch_size=-1 is invalid: use 1 to turn batching off"),
+        ({"max_batch_size": 0}, "max_batch_size=0 is invalid: use 1 to turn batching off"),
         ({"max_queue_delay_us": -1}, "max_queue_delay_us=-1.0 is invalid: use a non-negative number"),
         (
             {"max_batch_size": 8, "preferred_batch_sizes": (4, 16)},
@@ -78,17 +78,3 @@ def test_an_unknown_option_is_refused():
 def test_replace_checks_again():
     with pytest.raises(ValidationError, match="intra_op_threads=0 is invalid"):
         dataclasses.replace(RuntimeOptions(), intra_op_threads=0)
-
-
-@pytest.mark.parametrize(
-    ("options", "model_batch", "served"),
-    [
-        (RuntimeOptions(), 8, 8),  # left to the model: a folder's 8
-        (RuntimeOptions(), 1, 1),  # left to the model: batching off
-        (RuntimeOptions(max_batch_size=1), 8, 1),  # set: it wins over the model's
-        (RuntimeOptions(max_batch_size=16), 8, 16),
-        (RuntimeOptions(dispatch="inline"), 8, 1),  # inline never batches
-    ],
-)
-def test_max_batch_size_zero_is_the_models_own(options, model_batch, served):
-    assert options.for_model(model_batch).max_batch_size == served
