@@ -65,7 +65,7 @@ class Together:
         level, key, found = door.look(served, inputs, encode, decoded, priority)
         if found is not None:
             return found, door.hit(served, received, parsed)
-        when, field = door._deadline(served, timeout, timeout_ms, None)
+        when, field = door.deadline_of(served, timeout, timeout_ms, None)
         held = _Held(inputs, encode, decoded, received, parsed, rid, when, field, level, key, then)
         self.held.setdefault(served, []).append(held)
         return None
@@ -85,7 +85,7 @@ class Together:
                     raise outcome  # the engine hands back no other kind: KeyboardInterrupt & co propagate there
                 else:
                     try:
-                        answered = door._answered(
+                        answered = door.answer(
                             served, outcome, request.encode, request.decoded, request.received, request.parsed,
                             request.level, request.key,
                         )  # fmt: skip
