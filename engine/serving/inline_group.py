@@ -87,15 +87,7 @@ def _check(pipeline: Pipeline, at: int, request: InlineRequest) -> _Checked | Ba
     # Only a handler's preprocess can log here (for the request it works for); the call sets its own.
     token = request_id.set(rid) if handler is not None and rid is not None else None
     try:
-        samples = pipeline.samples(inputs)
-        if deadline is not None:
-            if deadline <= started:
-                return DeadlineExceeded(f"the request's deadline passed before model {pipeline.name!r} got it")
-            pipeline.check_floor(samples, deadline, started)
-        context: object = None
-        if handler is not None:
-            inputs, context = handler.preprocess(inputs)
-        arrays, single = pipeline.coerce(inputs)
+        arrays, single, context = pipeline.prepared(inputs, deadline, started)
     except (KeyboardInterrupt, asyncio.CancelledError):
         raise
     except Exception as exc:  # noqa: BLE001 -- this request's answer only

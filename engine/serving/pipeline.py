@@ -110,17 +110,9 @@ class Pipeline:
         exceed the capacity), a ``Work``, the call's timing for the estimate. The deadline is
         checked before and after (no timer can fire mid-call on the event loop)."""
         started = time.monotonic()
-        samples = self.samples(inputs)  # refuses too many before any conversion
-        if deadline is not None:
-            if deadline <= started:
-                raise DeadlineExceeded(f"the request's deadline passed before model {self.name!r} got it")
-            self.check_floor(samples, deadline, started)
         token = request_id.set(rid) if rid is not None and request_id.get() != rid else None
         try:
-            context: object = None
-            if self.handler is not None:
-                inputs, context = self.handler.preprocess(inputs)
-            arrays, single = self.coerce(inputs)
+            arrays, single, context = self.prepared(inputs, deadline, started)
             dispatched = time.monotonic()
             outputs = self.run(arrays)
             finished = time.monotonic()
@@ -142,6 +134,21 @@ class Pipeline:
             raise DeadlineExceeded(f"the request's deadline passed while model {self.name!r} ran it")
         rows = next(iter(arrays.values())).shape[0] if arrays else 1
         return Prediction(outputs, single, rows, 0.0, dispatched - started, finished - dispatched, 0.0, dispatched)
+
+    def prepared(self, inputs: object, deadline: float | None, started: float) -> tuple[dict[str, Array], bool, object]:
+        """An inline request's checks before its call (the sample count, refused before any
+        conversion; the deadline and its floor; the handler's preprocess; the schema): its arrays,
+        whether it was one sample without a batch dimension, and what the postprocess needs."""
+        samples = self.samples(inputs)
+        if deadline is not None:
+            if deadline <= started:
+                raise DeadlineExceeded(f"the request's deadline passed before model {self.name!r} got it")
+            self.check_floor(samples, deadline, started)
+        context: object = None
+        if self.handler is not None:
+            inputs, context = self.handler.preprocess(inputs)
+        arrays, single = self.coerce(inputs)
+        return arrays, single, context
 
     def check_floor(self, samples: int, deadline: float, now: float) -> None:
         # One sample's floor the front end holds before the body is read; more samples' only here.
