@@ -68,6 +68,7 @@ CASES: dict[str, Case] = {
     "start": Case("serving", "seconds from inferpool serve to ready, cold and warm compile cache"),
     "wide": Case("serving", "the no-flag server per workload against the bare engine, lending idle cores or not"),
     "processes": Case("serving", "PSS of the process tree and start-up, one serving process vs the default"),
+    "memory": Case("memory", "the no-flag tree's PSS per process and kind of mapping, idle and after wrk load"),
     "grpc": Case(
         "grpc_front", "gRPC ModelInfer per front end against HTTP v2 binary and JSON, server CPU per call", "grpc_case"
     ),
