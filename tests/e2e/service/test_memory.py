@@ -76,3 +76,15 @@ def test_a_cold_start_builds_its_cache_then_serves_from_it_without_the_builders(
     probabilities, label = reference(DIGIT[None])
     np.testing.assert_allclose(answer.json()["outputs"]["probabilities"], probabilities[0], rtol=1e-4, atol=1e-5)
     assert answer.json()["outputs"]["label"] == int(label[0])
+
+
+def test_serving_processes_import_nothing_after_the_fork(tmp_path):
+    """A module a serving process imports for itself is a private copy in each: everything they
+    run (the app, uvicorn's protocols, FastAPI's lifespan) is imported by the supervisor first."""
+    env = {"PYTHONPROFILEIMPORTTIME": "1"}  # every import prints a line on stderr, into the log
+    with launch(inferpool_serve(), tmp_path, env=env) as server:
+        served(server)
+        log = server.output()
+    frozen = log.rindex("startup objects out of the GC")  # the supervisor's last step before its forks
+    late = [line for line in log[frozen:].splitlines() if line.startswith("import time:")]
+    assert not late, late
