@@ -36,6 +36,7 @@ FAMILIES = {
     "observability": {"door_cost", "observe"},
     "handoff": {"handoff"},
     "serving": {"door", "start", "wide", "processes"},
+    "memory": {"memory"},
     "grpc_front": {"grpc"},
     "container": {"container"},
     "text_peers": {"text_peers"},
