@@ -27,6 +27,7 @@ before its fork (processes/supervisor_channel.py).
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 import os
 import signal
@@ -35,11 +36,11 @@ import time
 from collections.abc import Mapping
 from functools import partial
 
-# What each serving process would otherwise import at its start (FastAPI's lifespan, and the
-# websockets protocol that ``uvicorn.Config.load()`` picks for ``ws="auto"``), for the same
-# reason as the app's modules below (~0.3 MiB a process).
-import fastapi.telemetry._runtime  # noqa: F401
 import uvicorn
+
+# What each serving process would otherwise import at its start (the websockets protocol that
+# ``uvicorn.Config.load()`` picks for ``ws="auto"``, and FastAPI's lifespan below), for the same
+# reason as the app's modules further down (~0.3 MiB a process).
 import uvicorn.protocols.websockets.auto
 from prometheus_client import Counter, multiprocess
 
@@ -61,6 +62,9 @@ from inferpool.service.processes.parent_death import die_with_parent
 from inferpool.service.processes.process_states import DOWN, ProcessBoard
 from inferpool.service.processes.retiring_server import RetiringServer
 from inferpool.service.processes.spread import ConnectionCounts
+
+with contextlib.suppress(ImportError):  # only FastAPI versions with telemetry (0.16x) have it
+    importlib.import_module("fastapi.telemetry._runtime")
 
 log = logging.getLogger(__name__)
 STOPS = (signal.SIGTERM, signal.SIGINT)
