@@ -24,7 +24,7 @@ from inferpool.service.http.lane_routes import lane_routes
 from inferpool.service.http.middleware import RequestContext
 from inferpool.service.http.openapi import model_aware_openapi
 from inferpool.service.http.routes import health, openai, predict, repository, text, v2
-from inferpool.service.http.text_route import TextRoute
+from inferpool.service.http.text_route import TextRoute, text_lane
 from inferpool.service.http.warmup import uncounted_door, warm_on
 from inferpool.service.processes.supervisor_channel import announce_after
 from inferpool.service.telemetry.metrics import Metrics
@@ -119,7 +119,7 @@ def create_app(settings: Settings, host: ModelHost | None = None) -> FastAPI:
     app.state.door = door
     # The hot routes' raw handlers, by the endpoint that documents each (service/http/fastpath.py).
     answer_predict, answer_infer = predict.Predict(door), v2.Infer(door)
-    app.state.hot_handlers = {
+    hot_handlers = app.state.hot_handlers = {
         predict.predict: answer_predict,
         predict.predict_named: answer_predict,
         v2.infer: answer_infer,
@@ -130,7 +130,7 @@ def create_app(settings: Settings, host: ModelHost | None = None) -> FastAPI:
     if observer is None:
         key = settings.api_key
         auth = None if key is None else ApiKey(key.get_secret_value(), settings.auth_exempt)
-        routes = lane_routes(answer_predict, answer_infer)
+        routes = lane_routes(answer_predict, answer_infer, text_lane(hot_handlers, [openai.router, text.router]))
         app.lane = Lane(routes, activity, metrics, settings.max_body_bytes, auth, bool(settings.cors_origins))
     app.include_router(predict.router)
     app.include_router(health.router)

@@ -1,4 +1,6 @@
-"""``POST /predict[/{name}]`` and v2 infer answered from the HTTP parser's callbacks, without ASGI (issue 32).
+"""``POST /predict[/{name}]``, v2 infer and the text routes that run a model (``/v1/embeddings``,
+TEI's ``/embed`` and ``/rerank``, ``/v1/rerank``, ``/v2/rerank``, ``/classify``, ``/v1/classify``)
+answered from the HTTP parser's callbacks, without ASGI.
 
 Under uvicorn every request pays for a scope, a ``RequestResponseCycle``, an ``asyncio.Event``, a
 task, and the coroutines and message dicts of each middleware layer and of the route: on the
@@ -33,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 
 from inferpool.engine.client import request_id
+from inferpool.engine.errors import InvalidInput
 from inferpool.service.asked import PRIORITY_HEADER, asked_in
 from inferpool.service.auth import ApiKey
 from inferpool.service.calls import CLIENT_CLOSED, HttpCall
@@ -40,7 +43,7 @@ from inferpool.service.errors import ErrorAnswer, answer_for, unexpected
 from inferpool.service.frontdoor import Activity, Looked, Served, request_ids
 from inferpool.service.http.body_buffer import SMALLEST, BodyBuffers, LaneBody
 from inferpool.service.http.codec import Disconnected
-from inferpool.service.http.lane_routes import Decoded, LaneRoute
+from inferpool.service.http.lane_routes import Decoded, LaneRoute, refused
 from inferpool.service.http.middleware import SERIAL
 from inferpool.service.http.rawasgi import JSON, Answer, error_headers, server_timing
 from inferpool.service.inline_together import Answered, Together
@@ -205,15 +208,17 @@ class Lane:
         request.begin(asked_in(request.headers))
         handler = request.handler
         answered: Answered
+        texts_field: str | None = None  # known once decoded
         try:
-            served = handler.resolve(request.found)
-            call = handler.decode(served, request.body.data, request.headers)
+            call = handler.decode(request.found, request.body.data, request.headers)
+            served, texts_field = call.served, call.texts_field
             door = handler.door
             if served.model.inline:
                 # Several at once: held, then run together (one engine call a model) by _run.
                 run: Callable[..., tuple[Any, Inference] | None] = door.infer_inline
                 if together is not None:
-                    run = functools.partial(together.hold, then=functools.partial(self._reply, request))
+                    then = functools.partial(self._reply, request, texts_field=texts_field)
+                    run = functools.partial(together.hold, then=then)
                 answered_now = run(
                     served, call.inputs, call.encode, call.decoded, received=request.started,
                     parsed=time.perf_counter(), rid=request.rid, timeout=call.timeout, timeout_ms=call.timeout_ms,
@@ -231,11 +236,14 @@ class Lane:
                 answered = looked[2], door.hit(served, request.started, time.perf_counter())
         except Exception as exc:  # noqa: BLE001 -- _reply answers it (unexpected() logs the traceback)
             answered = exc
-        self._reply(request, answered)
+        self._reply(request, answered, texts_field)
 
-    def _reply(self, request: LaneRequest, answered: Answered) -> None:
-        """Send what the front door answered: its encoded answer and phases, or the error for it."""
+    def _reply(self, request: LaneRequest, answered: Answered, texts_field: str | None = None) -> None:
+        """Send what the front door answered: its encoded answer and phases, or the error for it
+        (a text route's model refusing its texts: the 400 naming ``texts_field``)."""
         request_id.set(request.rid)  # answered after others' requests (together.run): its logs are its own
+        if isinstance(answered, InvalidInput) and texts_field is not None:
+            answered = refused(answered, texts_field)
         if not isinstance(answered, Exception):
             try:
                 encoded, inference = answered
@@ -265,7 +273,7 @@ class Lane:
             )  # fmt: skip
         except Exception as exc:  # noqa: BLE001 -- _reply answers it
             answered = exc
-        self._reply(request, answered)
+        self._reply(request, answered, call.texts_field)
 
     def _ended(self, request: LaneRequest, _: object) -> None:
         """Its task is over: finished if it never answered. Cancelled (its client left: 499, or a

@@ -4,9 +4,12 @@ and answers a request, and the decoded request the lane hands the front door."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from inferpool.engine.errors import InvalidInput
+from inferpool.service.apierror import ApiError
 from inferpool.service.frontdoor import Encoder, FrontDoor, Served
 from inferpool.service.http.rawasgi import Answer
 
@@ -17,6 +20,8 @@ NAME = rb"([A-Za-z0-9._-]+)"
 class Decoded:
     """A lane request's body as its route decoded it: what the front door's ``infer`` takes."""
 
+    served: Served
+    """The model it names (by its path, or a text route's by its body)."""
     inputs: object
     encode: Encoder[Any, Any]
     decoded: object
@@ -27,19 +32,27 @@ class Decoded:
     """The v2 ``timeout`` parameter."""
     priority: object = None
     """The v2 ``priority`` parameter, as sent (the front door checks it)."""
+    texts_field: str | None = None
+    """The request field that holds a text route's texts: the model's refusal of its inputs
+    (InvalidInput) then answers as a 400 naming it (``refused``); None: as the model refused it."""
+
+
+def refused(exc: InvalidInput, field: str) -> ApiError:
+    """A text handler's refusal: always about the request's texts, which ``field`` holds."""
+    return ApiError(400, str(exc), exc.reason, param=field)
 
 
 class LaneHandler(Protocol):
-    """What a hot route gives the lane (service/http/routes: ``Predict``, ``Infer``)."""
+    """What a hot route gives the lane (service/http/routes: ``Predict``, ``Infer``; the text
+    routes' ``TextRoute``)."""
 
     door: FrontDoor
 
-    def resolve(self, found: re.Match[bytes]) -> Served:
-        """The model its matched path names (NotReady, or 404 for one not served)."""
-        ...
-
-    def decode(self, served: Served, request_body: bytearray | memoryview, headers: dict[bytes, bytes]) -> Decoded:
-        """The whole body, decoded for ``served`` (a 4xx error for a bad one)."""
+    def decode(
+        self, found: re.Match[bytes], request_body: bytearray | memoryview, headers: dict[bytes, bytes]
+    ) -> Decoded:
+        """The model its matched path (or its body) names and the whole body, decoded for it (a
+        4xx error for a bad one; NotReady, or 404 for a model not served)."""
         ...
 
     def data_offset(self, headers: dict[bytes, bytes], length: int) -> int | None:
@@ -56,16 +69,18 @@ class LaneHandler(Protocol):
 @dataclass(frozen=True, slots=True)
 class LaneRoute:
     """A route the lane answers: its paths (safe characters only: anything quoted, with a query or
-    an odd name goes the ASGI way), whose last group is optional, and the request metrics' label
-    without and with that group, as the router names the route."""
+    an odd name goes the ASGI way), whose last group, if it has groups, is optional, and the request
+    metrics' label without and with that group, as the router names the route."""
 
     path: re.Pattern[bytes]
     labels: tuple[str, str]
     handler: LaneHandler
 
 
-def lane_routes(predict: LaneHandler, infer: LaneHandler) -> list[LaneRoute]:
-    """``/predict[/{name}]`` and v2 infer (service/http/routes: ``Predict``, ``Infer``)."""
+def lane_routes(predict: LaneHandler, infer: LaneHandler, texts: Mapping[str, LaneHandler]) -> list[LaneRoute]:
+    """``/predict[/{name}]``, v2 infer (service/http/routes: ``Predict``, ``Infer``) and the text
+    routes that run a model, ``texts`` by path (each its own metrics label)."""
+    exact = [LaneRoute(re.compile(re.escape(path.encode())), (path, path), handler) for path, handler in texts.items()]
     return [
         LaneRoute(re.compile(rb"/predict(?:/%s)?" % NAME), ("/predict", "/predict/{name}"), predict),
         LaneRoute(
@@ -73,4 +88,5 @@ def lane_routes(predict: LaneHandler, infer: LaneHandler) -> list[LaneRoute]:
             ("/v2/models/{name}/infer", "/v2/models/{name}/versions/{version}/infer"),
             infer,
         ),
+        *exact,  # after the two above: /predict's and v2's requests match as soon as before
     ]

@@ -2,22 +2,29 @@
 API's body, pick the model, run the handler's request type (text_api) through the one front door,
 encode the API's answer. What a text handler refuses is about the request's texts: a 400 naming
 the route's field for them.
+
+Each that runs a model is a lane route too (service/http/lane.py: ``text_lane``): a plain request
+is answered from the HTTP parser's callbacks, and the requests for an inline model that one loop
+wake-up completes share its call (service/inline_together.py), texts of a length bucket stacked
+into one batch (inferpool.engine.serving.inline_group), as ``/predict``'s and v2's are.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
+from fastapi.routing import APIRoute, APIRouter
 from starlette.types import Receive, Scope
 
 from inferpool.engine.client import EngineClient, request_id
 from inferpool.engine.errors import InvalidInput
-from inferpool.service.apierror import ApiError
 from inferpool.service.frontdoor import FrontDoor, Served
 from inferpool.service.http.codec import read_body
+from inferpool.service.http.lane_routes import Decoded, refused
 from inferpool.service.http.rawasgi import JSON, Answer, RawRoute, request_headers, timed
 from inferpool.service.http.text_models import text_model
 from inferpool.service.timing import TIMEOUT_HEADER
@@ -55,7 +62,11 @@ class TextApi:
 
 
 class TextRoute(RawRoute):
-    """Decode, pick the model, run it through the front door, encode: one text route."""
+    """Decode, pick the model, run it through the front door, encode: one text route, answered
+    the ASGI way (``answer``) or on the lane (``decode``, ``answer_of``), with the same bytes."""
+
+    runs_model: ClassVar[bool] = True
+    """Whether it calls a model, so that the lane answers it (``text_lane``)."""
 
     def __init__(self, door: FrontDoor, api: TextApi) -> None:
         super().__init__(door)
@@ -75,22 +86,56 @@ class TextRoute(RawRoute):
         return text_model(self.door.host, api.kind, request.model, route)
 
     async def answer(self, scope: Scope, receive: Receive) -> Answer:
-        door, api = self.door, self.api
         body, headers, received = await self.body(scope, receive)
-        request = api.parse(body)
-        model, declared = self.choose(request, scope["path"])
-        api.check(request, model.name, declared)
-        rid = request_id.get()
-        echoed = rid if api.answers_id else ""
+        call = self.decoded(scope["path"], body, headers)
         try:
-            content, inference = await door.infer(
-                door.of(model), api.payload(request), self._encode, (declared, request, echoed), received=received,
-                parsed=time.perf_counter(), rid=rid, timeout=headers.get(TIMEOUT_HEADER),
+            content, inference = await self.door.infer(
+                call.served, call.inputs, call.encode, call.decoded, received=received, parsed=time.perf_counter(),
+                rid=request_id.get(), timeout=call.timeout,
             )  # fmt: skip
         except InvalidInput as exc:  # what a text handler refuses is always about the texts
-            raise ApiError(400, str(exc), exc.reason, param=api.field) from None
+            raise refused(exc, self.api.field) from None
         return content, JSON, [timed(scope, inference)]
+
+    def decoded(self, path: str, body: bytearray, headers: dict[bytes, bytes]) -> Decoded:
+        """The body decoded, for the model it names (or ``path``'s one of its kind), as the front door takes it."""
+        api = self.api
+        request = api.parse(body)
+        model, declared = self.choose(request, path)
+        api.check(request, model.name, declared)
+        echoed = request_id.get() if api.answers_id else ""
+        payload, timeout = api.payload(request), headers.get(TIMEOUT_HEADER)
+        return Decoded(self.door.of(model), payload, self._encode, (declared, request, echoed), timeout,
+                       texts_field=api.field)  # fmt: skip
+
+    # The lane's (service/http/lane.py): a text route that runs a model is a lane route too, so that
+    # the requests for an inline model one loop wake-up completes share its call (inline_together).
+    def decode(
+        self, found: re.Match[bytes], request_body: bytearray | memoryview, headers: dict[bytes, bytes]
+    ) -> Decoded:
+        """The lane's: the body (a bytearray: no data offset, below), decoded as ``answer`` decodes it."""
+        return self.decoded(found.string.decode(), cast(bytearray, request_body), headers)
+
+    def data_offset(self, headers: dict[bytes, bytes], length: int) -> None:
+        """The lane's: JSON only, no binary data."""
+        return None
+
+    def answer_of(self, encoded: bytes, timing: tuple[bytes, bytes]) -> Answer:
+        return encoded, JSON, [timing]
 
     def _encode(self, served: Served, outputs: Mapping[str, Any], decoded: tuple[Any, Any, str]) -> bytes:
         declared, request, rid = decoded
         return self.api.encode(served.name, outputs, declared, request, rid)
+
+
+def text_lane(handlers: Mapping[Any, object], routers: list[APIRouter]) -> dict[str, TextRoute]:
+    """The text routes the lane answers, by path: each of ``routers``' POST routes whose raw
+    handler (``handlers``, by endpoint) is a text route that runs a model."""
+    return {
+        route.path: handler
+        for router in routers
+        for route in router.routes
+        if isinstance(route, APIRoute)
+        and isinstance(handler := handlers.get(route.endpoint), TextRoute)
+        and handler.runs_model
+    }

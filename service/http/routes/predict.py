@@ -70,16 +70,16 @@ class Predict(RawRoute):
         )  # fmt: skip
         return body, JSON, [timed(scope, inference)]
 
-    def resolve(self, found: re.Match[bytes]) -> Served:
-        """The lane's (service/http/lane.py): the model its path names."""
+    def decode(
+        self, found: re.Match[bytes], request_body: bytearray | memoryview, headers: dict[bytes, bytes]
+    ) -> Decoded:
+        """The lane's (service/http/lane.py): the model its path names, and the body decoded as
+        ``answer`` decodes it."""
         name = found.group(1)
-        return self.door.resolve(None if name is None else name.decode())
-
-    def decode(self, served: Served, request_body: bytearray | memoryview, headers: dict[bytes, bytes]) -> Decoded:
-        """The lane's: the body, decoded as ``answer`` decodes it."""
+        served = self.door.resolve(None if name is None else name.decode())
         # No data offset (below): the lane reads this route's bodies into a bytearray.
         body = cast(bytearray, request_body)
-        return Decoded(decode_inputs(body), _encode, None, headers.get(TIMEOUT_HEADER))
+        return Decoded(served, decode_inputs(body), _encode, None, headers.get(TIMEOUT_HEADER))
 
     def data_offset(self, headers: dict[bytes, bytes], length: int) -> None:
         """The lane's: JSON only, no binary data."""

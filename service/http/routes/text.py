@@ -32,6 +32,8 @@ router = APIRouter(tags=["Text: TEI, Cohere, Jina, Infinity"])
 class Tokenize(TextRoute):
     """No model call: the handler's tokenizer runs here, on the event loop (it is fast)."""
 
+    runs_model = False
+
     async def answer(self, scope: Scope, receive: Receive) -> Answer:
         body, _, _ = await self.body(scope, receive)
         request = tei_codec.parse_tokenize(body)

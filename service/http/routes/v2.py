@@ -126,15 +126,16 @@ class Infer(RawRoute):
         )  # fmt: skip
         return _answer(answer, timed(scope, inference))
 
-    def resolve(self, found: re.Match[bytes]) -> Served:
+    def decode(
+        self, found: re.Match[bytes], request_body: bytearray | memoryview, headers: dict[bytes, bytes]
+    ) -> Decoded:
+        """The lane's: the model and version its path names, and the body parsed as ``answer`` parses it."""
         version = found.group(2)
-        return self.door.resolve(found.group(1).decode(), None if version is None else version.decode())
-
-    def decode(self, served: Served, request_body: bytearray | memoryview, headers: dict[bytes, bytes]) -> Decoded:
-        """The lane's: the body, parsed as ``answer`` parses it."""
+        served = self.door.resolve(found.group(1).decode(), None if version is None else version.decode())
         request = _parsed(served, request_body, headers)
         priority = request.parameters.get("priority")
-        return Decoded(request.inputs, _encode, request, headers.get(TIMEOUT_HEADER), request.timeout_ms, priority)
+        timeout = headers.get(TIMEOUT_HEADER)
+        return Decoded(served, request.inputs, _encode, request, timeout, request.timeout_ms, priority)
 
     def data_offset(self, headers: dict[bytes, bytes], length: int) -> int | None:
         """The lane's: the binary data follows the JSON header, whose length its header gives (one
