@@ -241,7 +241,7 @@ def guarded(tmp_path_factory, grpc_server):
     running, target = _serve(
         tmp_path_factory,
         grpc_server,
-        "--model", "tests.support.slow_model:slow_calls", "--runtime.backend", "eager",
+        "--model", "tests.support.slow_model:slow_calls", "--runtime.backend", "eager", "--runtime.max-batch-size", "1",
         "--max-queue", "0", "--max-body-bytes", "4096", "--api-key", "sesame",
     )  # fmt: skip
     with running as server:
@@ -311,6 +311,8 @@ def test_sigterm_drains_grpc_calls(tmp_path_factory, grpc_server):
         "tests.support.slow_model:slow_calls",
         "--runtime.backend",
         "eager",
+        "--runtime.max-batch-size",
+        "1",
         "--drain-seconds",
         "5",
     )
