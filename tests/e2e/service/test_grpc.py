@@ -30,7 +30,9 @@ model = "inferpool.engine.zoo.digits:build"
 [[models]]
 source = "tests.support.slow_model:slow_calls"
 name = "slow"
-runtime = { backend = "eager" }  # an exported graph would not keep the model's time.sleep
+# eager: an exported graph would not keep the model's time.sleep; a request a call, as the deadline
+# test counts its refusals (0 would batch its 20 ms calls)
+runtime = { backend = "eager", max_batch_size = 1 }
 """
 
 
