@@ -88,6 +88,8 @@ class ModelInfo:
     """For ``auto``: the table the backend was chosen from."""
     dispatch_selection: dict[str, Any] | None = None
     """For ``dispatch = "auto"``: the figures the executor was chosen from."""
+    batch_selection: dict[str, Any] | None = None
+    """``max_batch_size`` as served, configured (0: chosen at start-up), the rule, why and its figures."""
     wide_selection: dict[str, Any] | None = None
     """Whether a call running alone in the pod uses every core, and the figures it was chosen from."""
     precision_selection: dict[str, Any] | None = None

@@ -27,6 +27,10 @@ BF16_BACKENDS = ("openvino",)
 """Backends that run a model in bfloat16: OpenVINO's CPU plugin, where the CPU has the
 instructions (AMX, AVX-512 BF16). onnxruntime's CPU kernels have no bf16 MatMul to gain from."""
 REDUCED_BACKENDS = {"int8": INT8_BACKENDS, "bf16": BF16_BACKENDS}
+AUTO_MAX_BATCH = 8
+"""The batch ``max_batch_size = 0`` serves where start-up finds batching pays (inferpool.engine.plan.auto_batch):
+the size start-up times beside one sample, and where ResNet-50 (bf16, one thread a call) and a bge-sized
+text encoder gained most under load (docs/BENCHMARKS.md)."""
 INT8_METHODS = ("dynamic", "static")
 """The quantizers of inferpool.engine.backends.quantize.QUANTIZERS, by name."""
 REMOVED = {
@@ -105,15 +109,19 @@ class RuntimeOptions:
     bounds what one request can allocate and how long it holds a runtime. Raise it for bulk
     offline scoring; lower it to keep tail latency predictable for many small clients."""
 
-    max_batch_size: int = 1
-    """Most samples one model call may carry when concurrent requests are batched together
-    (1 = batching off: each request is its own call, except that a model served inline runs the
-    requests one event-loop wake-up completes as one call: inferpool.engine.serving.inline_group).
+    max_batch_size: int = 0
+    """Most samples one model call may carry when concurrent requests are batched together.
+    0, the default, leaves it to start-up (inferpool.engine.plan.auto_batch): up to 8 where the
+    chosen backend's calls run on worker threads, are long next to ``max_queue_delay_us`` and a
+    call of 8 measured at least 1.1x the samples/s of one (ResNet-50), else 1; the choice and its
+    reason are logged and shown as ``batch_selection`` at ``/v2/models/{name}/config``. 1 turns
+    batching off: each request is its own call, except that a model served inline runs the
+    requests one event-loop wake-up completes as one call (inferpool.engine.serving.inline_group).
     Batching pays off when a call's fixed cost (Python dispatch between ops, kernel launch) is
-    large next to its per-sample cost and many clients send small requests at once; raise it to
-    the batch size where a call's time per sample stops falling (loadtest/bench/batching.py
-    measures it). Leave it at 1 for models whose outputs have no batch dimension, or when latency
-    at low load matters most."""
+    large next to its per-sample cost and many clients send small requests at once; set the batch
+    size where a call's time per sample stops falling (loadtest/bench/batching.py measures it).
+    Set 1 for models whose outputs have no batch dimension, or when latency at low load matters
+    most."""
 
     max_queue_delay_us: float = 500.0
     """How long, in microseconds, the first request of a batch may wait for company before
@@ -158,7 +166,8 @@ class RuntimeOptions:
     rows copied into a zero-padded buffer that the compiled call reads in place) or is split
     into chunks of the largest; it never runs at a shape that was not compiled. Padding costs
     the padded rows' compute, so list the sizes your traffic has; () = 1, ``max_batch_size``
-    and ``preferred_batch_sizes`` (which is what batching produces)."""
+    and ``preferred_batch_sizes`` (which is what batching produces; for ``max_batch_size = 0``,
+    the 8 start-up may choose)."""
 
     aoti_interface: str = AotiInterface.MINIMAL_ARRAYREF.value
     """``aoti`` backend: ``minimal_arrayref`` calls the compiled library's C ABI through ctypes
@@ -262,18 +271,23 @@ class RuntimeOptions:
             "lend_idle_cores": (self.lend_idle_cores in LEND_MODES, f"use one of {LEND_MODES}"),
             "native_bf16": (self.native_bf16 in NATIVE_BF16_MODES, f"use one of {NATIVE_BF16_MODES}"),
             "wait_for_company": (self.wait_for_company in WAIT_MODES, f"use one of {WAIT_MODES}"),
-            "max_batch_size": (self.max_batch_size >= 1, "use 1 to turn batching off, or the largest batch to run"),
+            "max_batch_size": (
+                self.max_batch_size >= 0,
+                "use 0 to let start-up choose, 1 to turn batching off, or the largest batch to run",
+            ),
             "max_queue_delay_us": (
                 self.max_queue_delay_us >= 0,
                 "use a non-negative number of microseconds (0 = run whatever is queued at once)",
             ),
             "preferred_batch_sizes": (
                 all(1 <= size <= self.max_batch_size for size in self.preferred_batch_sizes),
-                f"use sizes between 1 and max_batch_size ({self.max_batch_size}), or () for none",
+                f"use sizes between 1 and max_batch_size ({self.max_batch_size}), which a list of sizes needs set "
+                "(0 leaves it to start-up), or () for none",
             ),
             "compiled_batch_sizes": (
                 all(size >= 1 for size in self.compiled_batch_sizes),
-                "use positive batch sizes, e.g. (1, 8, 32), or () for 1, max_batch_size and preferred_batch_sizes",
+                "use positive batch sizes, e.g. (1, 8, 32), or () for 1, max_batch_size (8 for 0) and "
+                "preferred_batch_sizes",
             ),
             "aoti_interface": (
                 self.aoti_interface in set(AotiInterface),
@@ -308,3 +322,9 @@ class RuntimeOptions:
         for name, (ok, fix) in checks.items():
             if not ok:
                 raise ValueError(f"{name}={getattr(self, name)!r} is invalid: {fix}")
+
+    @property
+    def largest_batch(self) -> int:
+        """The most samples a batched call may carry: ``max_batch_size``, or for 0 the most that
+        start-up may choose (what a backend compiles for and start-up times beside one sample)."""
+        return self.max_batch_size or AUTO_MAX_BATCH

@@ -71,10 +71,11 @@ class Knobs:
 
     def resolved(self, served: Mapping[str, Any]) -> Knobs:
         """As the server says it resolved them (GET /v2/models/{name}/config): ``auto``'s backend
-        and dispatch, the runtimes for 0; batching, which is its own dispatch, as ``auto``."""
+        and dispatch, the runtimes and the batch for 0; batching, which is its own dispatch, as ``auto``."""
         dispatch = served.get("dispatch", self.dispatch)
         return replace(self, backend=served.get("backend", self.backend), dispatch="auto" if dispatch == "batch"
-                       else dispatch, num_runtimes=served.get("runtimes", self.num_runtimes))  # fmt: skip
+                       else dispatch, num_runtimes=served.get("runtimes", self.num_runtimes),
+                       max_batch_size=served.get("max_batch_size", self.max_batch_size))  # fmt: skip
 
     def flags(self) -> list[str]:
         """``inferpool serve`` flags that set these knobs (flags win over the environment)."""

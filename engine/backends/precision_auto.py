@@ -14,8 +14,9 @@ candidate may join:
    answers on the model's held-out inputs (``accuracy_inputs``, ``ModelSpec.held_out``). Lacking
    them it judges on the example inputs and seeded variations, at stricter thresholds
    (``SYNTHETIC_MIN_COSINE``, ``SYNTHETIC_MIN_AGREEMENT``), and the log says so;
-4. it must measure ``MIN_SPEEDUP`` times the fp32 winner at the served batch (``max_batch_size``,
-   else one sample), both on one thread, their calls alternating (inferpool.engine.plan.calm_timing).
+4. it must measure ``MIN_SPEEDUP`` times the fp32 winner at the served batch (``max_batch_size``
+   when set; one sample for 1, or for 0, where batching is chosen afterwards), both on one
+   thread, their calls alternating (inferpool.engine.plan.calm_timing).
 
 Otherwise fp32 serves, and the log and ``/v2/models/{name}/config`` say why. The gate's figures
 and the timings are cached beside the export (``SUFFIX``), keyed by what the export's key covers,
@@ -190,7 +191,7 @@ def _measure(module: InferenceModule, options: RuntimeOptions, fp32: Runtime, bf
     synthetic = not (options.accuracy_inputs or module.held_out)
     batched = all(spec.batched for spec in module.schema.inputs)
     figures = measure(_answers(fp32, module, batches), _answers(bf16, module, batches), batched)
-    batch = options.max_batch_size if batched else 1
+    batch = max(1, options.max_batch_size) if batched else 1  # 0: batching is chosen after, from batch 1
     inputs = module.examples(batch)
     fp32_s, bf16_s = calmest_pair(lambda: fp32.run(inputs), lambda: bf16.run(inputs), REPEATS, MIN_SPEEDUP)
     return _Verdict(figures, described, synthetic, {"fp32": fp32_s * 1e3, "bf16": bf16_s * 1e3}, batch)

@@ -6,4 +6,5 @@ from __future__ import annotations
 
 DISPATCH_MODES = ("threads", "inline", "auto")
 """``threads`` and ``inline`` name an executor (inferpool.engine.executors); ``auto`` measures
-which (inferpool.engine.plan.dispatch_choice). ``batch`` follows from ``max_batch_size`` > 1."""
+which (inferpool.engine.plan.dispatch_choice). ``batch`` follows from ``max_batch_size`` > 1 (set, or
+chosen for 0: inferpool.engine.plan.auto_batch)."""

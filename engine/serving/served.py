@@ -70,7 +70,11 @@ class ServedModel:
         self.admission = Admission(ServiceTimes(), plan.runtimes, options.max_batch_size, plan.runtimes + max_queue)
         self.admission.levels = priority_levels
         self.pipeline = Pipeline(module.name, module.schema, self.runtimes, self.admission, options, handler)
-        measured = loading.measure(self.pipeline, self.runtimes, module, plan, start)
+        measured = loading.measure(self.pipeline, self.runtimes, module, plan, start, self._served_by())
+        # max_batch_size 0 is decided only now, after the backend, precision and dispatch.
+        self.options = options = measured.options
+        self.admission.max_batch_size = options.max_batch_size
+        self.batch_decision = measured.batch_decision
         self.batch_choice = measured.batch_choice
         self.dispatch_mode, self.dispatch_selection = measured.dispatch_mode, measured.dispatch_selection
         self.wide_choice = measured.wide_choice
@@ -154,6 +158,13 @@ class ServedModel:
     @property
     def replaced_runtimes(self) -> int:
         return self.runtimes.replaced
+
+    def _served_by(self) -> str:
+        """The backend and precision serving, as the batch decision is kept under them."""
+        choice = precision_choice(self.module)
+        precision = choice.served if choice is not None else self.options.precision
+        backend = self.selection.backend
+        return f"{self.selection.name} {backend.__module__}.{backend.__qualname__} {precision}"
 
     def _executor_config(self) -> ExecutorConfig:
         return loading.executor_config(
@@ -269,6 +280,7 @@ class ServedModel:
             handler=self.handler,
             backend_selection=self.selection.report() if self.selection.trials else None,
             dispatch_selection=self.dispatch_selection,
+            batch_selection=self.batch_decision.report(),
             wide_selection=self.wide_choice.report(),
             precision_selection=self._precision_selection(),
             deadline_floor_ms=self.deadline_floor_ms,

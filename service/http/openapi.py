@@ -116,7 +116,12 @@ _ANSWERS: dict[str, dict[str, Any]] = {
             "name": {"type": "string"},
             "backend": {"type": "string"},
             "dispatch": {"type": "string"},
-            "max_batch_size": {"type": "integer"},
+            "max_batch_size": {"type": "integer", "minimum": 1},
+            "batch_selection": {
+                "type": ["object", "null"],
+                "description": "max_batch_size as configured (0: chosen at start-up) and served, the rule and "
+                "reason, and the figures it was decided from",
+            },
             "runtimes": {"type": "integer"},
             "capacity": {"type": "integer"},
             "deadline_floor_ms": {"type": "integer", "minimum": MIN_TIMEOUT_MS},

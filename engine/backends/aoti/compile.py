@@ -63,7 +63,7 @@ class Package:
 
 
 def compiled_batch_sizes(options: RuntimeOptions) -> tuple[int, ...]:
-    sizes = options.compiled_batch_sizes or (1, options.max_batch_size, *options.preferred_batch_sizes)
+    sizes = options.compiled_batch_sizes or (1, options.largest_batch, *options.preferred_batch_sizes)
     return tuple(sorted(set(sizes)))
 
 

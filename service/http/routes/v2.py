@@ -78,6 +78,7 @@ async def model_config(request: Request, name: str, version: str | None = None) 
             "capacity": info.capacity,
             "backend_selection": info.backend_selection,
             "dispatch_selection": info.dispatch_selection,
+            "batch_selection": info.batch_selection,
             "wide_selection": info.wide_selection,
             "precision_selection": info.precision_selection,
             "deadline_floor_ms": info.deadline_floor_ms,

@@ -91,7 +91,8 @@ def test_requests_whose_clients_left_are_dropped_unrun(server, padding):
 LONG = (
     "--model", "tests.support.slow_model:long_calls", "--runtime.backend", "onnxruntime",
     "--runtime.dispatch", "threads", "--runtime.num-runtimes", "1", "--runtime.intra-op-threads", "1",
-    "--runtime.lend-idle-cores", "off", "--runtime.warmup-iters", "1", "--workers", "1",
+    "--runtime.max-batch-size", "1", "--runtime.lend-idle-cores", "off", "--runtime.warmup-iters", "1",
+    "--workers", "1",
 )  # fmt: skip
 CHAIN = b'{"inputs": [[1, 1, 1, 1, 1, 1, 1, 1]]}'
 

@@ -28,6 +28,8 @@ def _one_runtime(tmp_path_factory, factory: str):  # type: ignore[no-untyped-def
         "eager",
         "--runtime.num-runtimes",
         "1",
+        "--runtime.max-batch-size",  # a request a call, as the queue these tests build assumes
+        "1",
     )
     with run_server(tmp_path_factory.mktemp(factory), *args) as server:
         wait_ready(server)

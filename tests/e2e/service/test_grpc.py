@@ -30,7 +30,9 @@ model = "inferpool.engine.zoo.digits:build"
 [[models]]
 source = "tests.support.slow_model:slow_calls"
 name = "slow"
-runtime = { backend = "eager" }  # an exported graph would not keep the model's time.sleep
+# eager: an exported graph would not keep the model's time.sleep; a request a call, as the deadline
+# test counts its refusals (0 would batch its 20 ms calls)
+runtime = { backend = "eager", max_batch_size = 1 }
 """
 
 
@@ -241,7 +243,7 @@ def guarded(tmp_path_factory, grpc_server):
     running, target = _serve(
         tmp_path_factory,
         grpc_server,
-        "--model", "tests.support.slow_model:slow_calls", "--runtime.backend", "eager",
+        "--model", "tests.support.slow_model:slow_calls", "--runtime.backend", "eager", "--runtime.max-batch-size", "1",
         "--max-queue", "0", "--max-body-bytes", "4096", "--api-key", "sesame",
     )  # fmt: skip
     with running as server:
@@ -311,6 +313,8 @@ def test_sigterm_drains_grpc_calls(tmp_path_factory, grpc_server):
         "tests.support.slow_model:slow_calls",
         "--runtime.backend",
         "eager",
+        "--runtime.max-batch-size",
+        "1",
         "--drain-seconds",
         "5",
     )

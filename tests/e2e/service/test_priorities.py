@@ -31,7 +31,7 @@ def test_a_flood_sheds_the_low_level_first(tmp_path):
     args = (
         "--model", "tests.support.slow_model:queued_calls", "--workers", "1", "--max-queue", "8",
         "--runtime.num-runtimes", "1", "--runtime.dispatch", "threads", "--runtime.backend", "eager",
-        "--priority-levels", "2", "--default-priority", "1",
+        "--runtime.max-batch-size", "1", "--priority-levels", "2", "--default-priority", "1",
     )  # fmt: skip
     with run_server(tmp_path, *args) as server:
         wait_ready(server)

@@ -22,7 +22,8 @@ from loadtest.procs import tree_pss_bytes
 from tests.support.drain_check import SAMPLE, looping_clients
 from tests.support.extra_models import WIDE_WEIGHT_BYTES
 
-SLOW = ("--model", "tests.support.slow_model:slow_calls", "--runtime.backend", "eager")
+# A request a call (max_batch_size 0 would batch its 20 ms calls): the drain counts requests in flight.
+SLOW = ("--model", "tests.support.slow_model:slow_calls", "--runtime.backend", "eager", "--runtime.max-batch-size", "1")
 
 
 def serving_pids(server: Server) -> list[int]:

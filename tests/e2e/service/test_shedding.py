@@ -19,7 +19,7 @@ SAMPLE = np.zeros((1, 8, 8)).tolist()
 def test_a_real_server_sheds_what_its_models_cannot_hold_and_keeps_answering_probes(tmp_path):
     # One 20 ms runtime and no queue: the engine holds one request; 8 clients send at once.
     model = ("--model", "tests.support.slow_model:slow_calls", "--runtime.backend", "eager")
-    args = (*model, "--runtime.num-runtimes", "1", "--max-queue", "0")
+    args = (*model, "--runtime.num-runtimes", "1", "--runtime.max-batch-size", "1", "--max-queue", "0")
     with run_server(tmp_path, *args) as server:
         wait_ready(server)
 

@@ -22,7 +22,9 @@ PATHS = ("/predict", "/predict/digits", "/v2/models/digits/infer", "/v2/models/d
 
 @pytest.fixture(scope="module")
 def slow() -> Any:
-    with app_client("--model", "tests.support.slow_model:slow_calls", "--runtime.backend", "eager") as client:
+    with app_client(
+        "--model", "tests.support.slow_model:slow_calls", "--runtime.backend", "eager", "--runtime.max-batch-size", "1"
+    ) as client:
         yield client
 
 

@@ -22,7 +22,7 @@ from inferpool.engine.serving.admission import ServiceTimes, count_samples
 from inferpool.engine.zoo.digits import build
 
 CALL_SECONDS = 0.03
-BATCHING = {"off": {}, "on": {"max_batch_size": 8}}
+BATCHING = {"off": {"max_batch_size": 1}, "on": {"max_batch_size": 8}}
 
 
 class SlowDigits(torch.nn.Module):
@@ -189,7 +189,7 @@ def test_count_samples_reads_the_batch_size_cheaply(digits_module):
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"max_batch_size": 0}, "max_batch_size=0 is invalid: use 1 to turn batching off"),
+        ({"max_batch_size": -2}, "max_batch_size=-2 is invalid: use 0 to let start-up choose"),
         ({"max_queue_delay_us": -1}, "max_queue_delay_us=-1.0 is invalid: use a non-negative"),
         ({"max_batch_size": 4, "preferred_batch_sizes": (8,)}, "use sizes between 1 and max_batch_size (4)"),
         ({"max_batch_size": 4, "dispatch": "inline"}, "batching runs on worker threads"),

@@ -28,7 +28,7 @@ def test_the_defaults_are_valid_and_frozen():
         ({"warmup_iters": -1}, "warmup_iters=-1 is invalid: use 0 to skip warm-up"),
         ({"borrow_timeout": 0}, "borrow_timeout=0.0 is invalid: use a positive number of seconds"),
         ({"dispatch": "fast"}, "dispatch='fast' is invalid: use one of"),
-        ({"max_batch_size": 0}, "max_batch_size=0 is invalid: use 1 to turn batching off"),
+        ({"max_batch_size": -1}, "max_batch_size=-1 is invalid: use 0 to let start-up choose, 1 to turn batching off"),
         ({"max_queue_delay_us": -1}, "max_queue_delay_us=-1.0 is invalid: use a non-negative number"),
         (
             {"max_batch_size": 8, "preferred_batch_sizes": (4, 16)},

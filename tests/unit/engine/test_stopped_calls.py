@@ -21,7 +21,7 @@ SETTINGS: dict[str, Any] = {
     "intra_op_threads": 1,
 }  # fmt: skip
 DISPATCH: dict[str, dict[str, Any]] = {
-    "threads": {"dispatch": "threads"},
+    "threads": {"dispatch": "threads", "max_batch_size": 1},  # a call of its own (0 would batch it)
     "batch": {"max_batch_size": 4, "max_queue_delay_us": 1000},
 }
 
