@@ -25,6 +25,10 @@ V2_TYPES = {numpy: v2 for v2, numpy in DATATYPES.items()} | {"object": "BYTES"}
 # call, which made encoding a two-output response cost several times /predict's.
 _V2_OF_DTYPE = {np.dtype(numpy): v2 for numpy, v2 in V2_TYPES.items()}
 LITTLE = {v2: np.dtype(numpy).newbyteorder("<") for v2, numpy in DATATYPES.items()}
+INT_RANGES = {
+    v2: (int(info.min), int(info.max)) for v2, info in ((v2, np.iinfo(t)) for v2, t in LITTLE.items() if t.kind in "iu")
+}
+"""Each integer datatype's least and greatest value (``np.iinfo`` builds them anew each call)."""
 
 
 UINT64_MAX = 2**64 - 1  # Triton's type for "timeout"
