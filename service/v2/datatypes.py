@@ -6,7 +6,9 @@ length, then its bytes, as Triton lays them out)."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -25,6 +27,10 @@ V2_TYPES = {numpy: v2 for v2, numpy in DATATYPES.items()} | {"object": "BYTES"}
 # call, which made encoding a two-output response cost several times /predict's.
 _V2_OF_DTYPE = {np.dtype(numpy): v2 for numpy, v2 in V2_TYPES.items()}
 LITTLE = {v2: np.dtype(numpy).newbyteorder("<") for v2, numpy in DATATYPES.items()}
+INT_RANGES = {
+    v2: (int(info.min), int(info.max)) for v2, info in ((v2, np.iinfo(t)) for v2, t in LITTLE.items() if t.kind in "iu")
+}
+"""Each integer datatype's least and greatest value (``np.iinfo`` builds them anew each call)."""
 
 
 UINT64_MAX = 2**64 - 1  # Triton's type for "timeout"
@@ -52,6 +58,21 @@ class TensorMeta:
     datatype: str
     shape: tuple[int, ...]
     """-1 for a variable dimension."""
+    _pick: Callable[[Sequence[int]], object] | None = field(init=False, repr=False, compare=False)
+    """The fixed dimensions of a shape, in one C call (None: every dimension is variable)."""
+    _fixed: object = field(init=False, repr=False, compare=False)
+    """``_pick`` of ``shape``: what a request's shape must give."""
+
+    def __post_init__(self) -> None:
+        fixed = [at for at, size in enumerate(self.shape) if size != -1]
+        pick = itemgetter(*fixed) if fixed else None
+        object.__setattr__(self, "_pick", pick)
+        object.__setattr__(self, "_fixed", None if pick is None else pick(self.shape))
+
+    def fits(self, shape: Sequence[int]) -> bool:
+        """Whether a request's ``shape`` is this one, each -1 taking any size."""
+        pick = self._pick
+        return len(shape) == len(self.shape) and (pick is None or pick(shape) == self._fixed)
 
     @classmethod
     def table(cls, tensors: list[dict[str, Any]]) -> dict[str, TensorMeta]:
@@ -61,8 +82,7 @@ class TensorMeta:
 def check_meta(name: str, datatype: str, shape: list[int], meta: TensorMeta) -> None:
     if datatype != meta.datatype:
         raise bad(f"input '{name}': datatype {datatype} is not the model's; send {meta.datatype} (nothing is cast)")
-    fits = len(shape) == len(meta.shape) and all(want in (-1, got) for want, got in zip(meta.shape, shape, strict=True))
-    if not fits:
+    if not meta.fits(shape):
         raise bad(f"input '{name}' has shape {shape}; the model takes {list(meta.shape)} (-1: any size)")
 
 
