@@ -26,7 +26,7 @@ from inferpool.service.request_digest import request_digest, sighting
 from inferpool.service.response_cache import Key, ResponseCache
 from inferpool.service.telemetry.logs import model_served
 from inferpool.service.telemetry.metrics import Inference, Labels, Metrics
-from inferpool.service.telemetry.traffic import ANSWERED, HIT, MISS, SHED
+from inferpool.service.telemetry.traffic import ANSWERED, SHED, CacheTallies
 from inferpool.service.timing import below_floor, deadline
 from inferpool.service.v2.codec import VERSION, metadata
 from inferpool.service.v2.datatypes import TensorMeta
@@ -110,8 +110,9 @@ class Served:
     """As v2 metadata and answers give it ("1" for the config's models)."""
     labels: Labels
     """(name, version label) of its log lines and series ("" for the config's models)."""
-    cached: bool = False
-    """Whether the door's response cache holds its answers (service/response_cache.py)."""
+    cached: CacheTallies | None = None
+    """Where its response cache hits and misses are counted; None when the door's cache holds
+    none of its answers (service/response_cache.py)."""
     _expected: dict[str, TensorMeta] | None = None
 
     def expected(self) -> dict[str, TensorMeta]:
@@ -157,8 +158,9 @@ class FrontDoor:
         host = self.host
         names = self._cached_models
         cached = self.cache is not None and (names is None or model.name in names)
+        tallies = self.metrics.traffic.cache_tallies(model.name) if cached else None
         served = self._served[model] = Served(
-            model, model.name, host.version_of(model), (model.name, host.version_label(model)), cached
+            model, model.name, host.version_of(model), (model.name, host.version_label(model)), tallies
         )
         return served
 
@@ -252,23 +254,26 @@ class FrontDoor:
         and whether the response cache answers it (``Looked``)."""
         what = asked.get()
         level = self.priorities.level(priority, what.priority) if self.priorities.on else 0
-        cache = self.cache
-        if cache is None or not served.cached or (what.cache_control is not None and what.no_cache):
+        cache, tallies = self.cache, served.cached
+        if cache is None or tallies is None or (what.cache_control is not None and what.no_cache):
             return level, None, None
         seen = sighting(inputs)
         if seen is None:
             return level, None, None
         cheap = served.model.deadline_floor_ms < DOORKEEPER_UNDER_MS
         if cheap and cache.doorkeeper.first_sighting(seen):  # not kept: no key to build, nothing to look up
-            self.metrics.traffic.cached(served.name, MISS)
+            tallies.miss.add()
             return level, None, None
         digest = request_digest(inputs, decoded)
         if digest is None:
             return level, None, None
         key = self._key_prefix(served, encode) + digest
         found = cache.get(key)
-        self.metrics.traffic.cached(served.name, MISS if found is None else HIT)
-        if found is not None and level:
+        if found is None:
+            tallies.miss.add()
+            return level, key, None
+        tallies.hit.add()
+        if level:
             self.metrics.traffic.prioritised(level, ANSWERED, 0.0)
         return level, key, found
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from inferpool.service.apierror import ApiError
+from inferpool.service.v2.codec import whole_number
 
 _REASON = "invalid_priority"
 
@@ -44,14 +45,16 @@ class Priorities:
             return self.default
 
     def _checked(self, value: object, field: str) -> int:
-        # bool is an int to Python, not a priority to a client; a float like 2.0 is not one either.
-        if type(value) is not int:
+        # An integer as JSON Schema counts them, as v2's "timeout" takes it: 2 and 2.0 alike (the
+        # spec's "integer" cannot tell them apart), never a boolean (an int to Python only).
+        level = whole_number(value)
+        if level is None:
             raise self._bad(f"{field} must be a whole number; got {value!r}")
-        if value == 0:
+        if level == 0:
             return self.default
-        if not 0 < value <= self.levels:
-            raise self._bad(f"{field} {value} is not a level of this server")
-        return value
+        if not 0 < level <= self.levels:
+            raise self._bad(f"{field} {value!r} is not a level of this server")
+        return level
 
     def _bad(self, problem: str) -> ApiError:
         levels = self.levels

@@ -60,7 +60,8 @@ def priority_parameter(priorities: Priorities) -> dict[str, Any]:
         "minimum": 0,
         "maximum": priorities.levels,
         "description": f"Triton's priority level: 1 (the highest) to {priorities.levels} (the lowest), or 0 (or "
-        f"null) for the default ({priorities.default}); it wins over the X-Request-Priority header.",
+        f"null) for the default ({priorities.default}); it wins over the X-Request-Priority header. An integer "
+        "as JSON Schema counts them: 2.0 is 2, 2.5 a 400.",
     }
 
 

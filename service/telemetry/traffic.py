@@ -1,17 +1,36 @@
 """The response cache's and request priorities' metrics (docs/metrics.md), on the same
 preallocated slots as the per-request ones (service/telemetry/metric_slots.py): a hit or a miss,
-and a request's level, cost a float add, never a lock."""
+and a request's level, cost a float add, never a lock. A model's hits and misses are counted on
+tallies its front door record holds (``CacheTallies``): no look-up of their labels a request."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
-from inferpool.service.telemetry.metric_slots import Child, Family, observe
+from inferpool.service.telemetry.metric_slots import Child, Family, Slots, observe
 
 HIT, MISS = "hit", "miss"
 ANSWERED, SHED = "answered", "shed"
 """A prioritised request's outcomes: answered (a 200), or refused under load (a 503)."""
+
+
+class Tally(NamedTuple):
+    """One label set's count, for a caller that adds to it on every request."""
+
+    slots: Slots
+    slot: int
+
+    def add(self) -> None:
+        self.slots[self.slot] += 1.0
+
+
+class CacheTallies(NamedTuple):
+    """A model's response cache look-ups: answered from it, or not."""
+
+    hit: Tally
+    miss: Tally
 
 
 @dataclass(eq=False)
@@ -44,9 +63,11 @@ class TrafficMetrics:
             found = self._seen[family.name, values] = self.child(family, values)
         return found
 
-    def cached(self, model: str, outcome: str) -> None:
-        slots, index, _ = self._slots(self.cache, (model, outcome))
-        slots[index[0]] += 1.0
+    def cache_tallies(self, model: str) -> CacheTallies:
+        """Where ``model``'s hits and misses are counted: made when it is ready, as its other
+        series are (a forked process's first slot in its metrics file costs a millisecond)."""
+        hit, miss = (self._slots(self.cache, (model, outcome)) for outcome in (HIT, MISS))
+        return CacheTallies(Tally(hit[0], hit[1][0]), Tally(miss[0], miss[1][0]))
 
     def prioritised(self, level: int, outcome: str, seconds: float | None = None) -> None:
         """A request of ``level`` answered (taking ``seconds`` through the door) or shed."""

@@ -1,6 +1,7 @@
 """The spec's X-Request-Priority and Cache-Control headers and v2 ``parameters.priority``
 (service/http/traffic_spec.py): declared on every route that runs a model, and taking exactly
-what the server takes, with priorities on (three levels) and off (one: anything goes)."""
+what the server takes, with priorities on (three levels) and off (one: anything goes); and v2's
+``timeout`` parameter beside it, an integer alike."""
 
 from __future__ import annotations
 
@@ -91,12 +92,31 @@ def test_the_header_may_have_optional_whitespace_and_sixteen_levels_are_written_
 
 @pytest.mark.parametrize(
     ("priority", "valid"),
-    [(0, True), (1, True), (3, True), (None, True), (4, False), (-1, False), (True, False), (1.5, False), ("1", False)],
-)
+    [
+        (0, True), (1, True), (3, True), (None, True), (1.0, True), (3.0, True), (4, False), (4.0, False),
+        (-1, False), (True, False), (1.5, False), ("1", False),
+    ],
+)  # fmt: skip
 def test_the_v2_priority_parameter_the_spec_takes_is_the_one_the_server_takes(leveled, priority, valid):
     client, spec = leveled
     assert _accepts(_parameter(spec), priority) is valid
     answer = client.post("/v2/models/digits/infer", json=V2 | {"parameters": {"priority": priority}})
+    assert answer.status_code == (200 if valid else 400), answer.text
+
+
+@pytest.mark.parametrize(
+    ("timeout", "valid"),
+    [
+        (60_000_000, True), (60_000_000.0, True), (60_000_000.5, False), (999, False), (999.0, False),
+        ("60000000", False), (True, False), (None, False),
+    ],
+)  # fmt: skip
+def test_the_v2_timeout_parameter_beside_it_is_as_the_server_takes_it_too(leveled, timeout, valid):
+    """An integer of µs as JSON Schema counts them (60000000.0 too), at or above the model's floor."""
+    client, spec = leveled
+    schema = spec["components"]["schemas"]["V2InferRequest_digits"]["properties"]["parameters"]["properties"]
+    assert _accepts(schema["timeout"], timeout) is valid
+    answer = client.post("/v2/models/digits/infer", json=V2 | {"parameters": {"timeout": timeout}})
     assert answer.status_code == (200 if valid else 400), answer.text
 
 

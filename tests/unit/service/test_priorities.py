@@ -23,6 +23,12 @@ def test_none_given_or_zero_is_the_default():
     assert THREE.level(None, b"0") == 2
 
 
+def test_a_whole_float_is_the_integer_json_schema_counts_it_as():
+    """The spec's "integer" takes 2.0 as 2 (JSON Schema cannot tell them apart): so does the server."""
+    assert THREE.level(2.0, None) == 2
+    assert THREE.level(0.0, None) == 2  # the default
+
+
 def test_the_parameter_wins_over_the_header():
     assert THREE.level(1, b"3") == 1
     assert THREE.level(None, b" 3 ") == 3
@@ -35,7 +41,8 @@ def test_the_parameter_wins_over_the_header():
         (4, None, "parameter 'priority' 4 is not a level"),
         (-1, None, "parameter 'priority' -1 is not a level"),
         (True, None, "must be a whole number; got True"),
-        (1.0, None, "must be a whole number; got 1.0"),
+        (1.5, None, "must be a whole number; got 1.5"),
+        (4.0, None, "parameter 'priority' 4.0 is not a level"),
         ("1", None, "must be a whole number; got '1'"),
         (None, b"high", "X-Request-Priority 'high' is not a whole number"),
         (None, b"-1", "X-Request-Priority '-1' is not a whole number"),
