@@ -241,7 +241,10 @@ class Lane:
                 # A response cache hit: answered now, with no task.
                 answered = looked[2], door.hit(served, request.started, time.perf_counter())
         except Exception as exc:  # noqa: BLE001 -- _reply answers it (unexpected() logs the traceback)
-            answered = exc
+            # Answered here, not kept in a local: the traceback holds this frame, and a frame
+            # holding its own exception is a cycle only the garbage collector frees.
+            self._reply(request, exc, texts_field)
+            return
         self._reply(request, answered, texts_field)
 
     def _reply(self, request: LaneRequest, answered: Answered, texts_field: str | None = None) -> None:

@@ -152,7 +152,11 @@ def test_an_answered_request_is_freed_at_once_not_left_to_the_garbage_collector(
     # A request in a reference cycle waits for a collector pass (every ~140 requests on the
     # lane, and a pass can take milliseconds): one connection's answers then stall now and then.
     # The connection's last request stays in its protocol (a cycle of the connection's own).
-    sent = [post("/predict", SAMPLE, "x-request-id: a"), post(*V2_JSON[:2], "x-request-id: b")]
+    sent = [
+        post("/predict", SAMPLE, "x-request-id: a"),
+        post(*V2_JSON[:2], "x-request-id: b"),
+        post("/predict", b'{"inputs": "not a tensor"}', "x-request-id: refused"),
+    ]
     gc.collect()
     gc.disable()
     try:
@@ -165,6 +169,7 @@ def test_an_answered_request_is_freed_at_once_not_left_to_the_garbage_collector(
         gc.garbage.clear()
         gc.enable()
     assert answer.count(b"HTTP/1.1 200 OK") == 3
+    assert answer.count(b"HTTP/1.1 400 ") == 1
     assert [rid for rid in cyclic if rid != "last"] == []
 
 
