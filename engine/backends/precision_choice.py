@@ -72,8 +72,10 @@ def forget(module: InferenceModule) -> None:
 
 def raced_for(backend: str, options: RuntimeOptions) -> tuple[str, RuntimeOptions]:
     """What a choice holds for: the backend and the options but their thread plan (a rebuild for
-    the plan, or a forked serving process, reuses the choice)."""
-    return backend, replace(options, intra_op_threads=1, num_runtimes=0)
+    the plan, or a forked serving process, reuses the choice) and ``max_batch_size``, which
+    ``max_batch_size = 0`` resolves after the race from the race's winner
+    (inferpool.engine.plan.auto_batch): the lanes built after it must still see the verdict."""
+    return backend, replace(options, intra_op_threads=1, num_runtimes=0, max_batch_size=0)
 
 
 def bf16_verdict(module: InferenceModule, options: RuntimeOptions, backend: str) -> str | None:

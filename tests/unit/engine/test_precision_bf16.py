@@ -4,6 +4,7 @@ passes the accuracy gate against fp32 and measures faster (or precision_strict a
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -142,11 +143,17 @@ def test_a_verdict_for_other_options_is_not_reused(tmp_path, monkeypatch) -> Non
     assert compiled == ["fp32", "bf16"]
 
 
-def test_the_wide_artifact_is_one_stream_of_every_thread_in_the_served_precision(tmp_path, monkeypatch) -> None:
-    module, options = mlp("bf16_wide"), bf16(tmp_path, precision_strict=True)
+@pytest.mark.parametrize("batch", [None, 8], ids=["as raced", "batch resolved after the race"])
+def test_the_wide_artifact_is_one_stream_of_every_thread_in_the_served_precision(
+    tmp_path, monkeypatch, batch: int | None
+) -> None:
+    module, options = mlp(f"bf16_wide_{batch}"), bf16(tmp_path, precision_strict=True)
     run(module, options)
     compiled = counting_compiles(monkeypatch)
-    wide = BACKENDS["openvino"].wide_artifact(module, options, 2)
+    # max_batch_size = 0 is resolved after the race (inferpool.engine.plan.auto_batch): the lane
+    # built with the resolved options must still be built in the precision the race chose.
+    served = options if batch is None else replace(options, max_batch_size=batch)
+    wide = BACKENDS["openvino"].wide_artifact(module, served, 2)
     assert compiled == ["bf16"]
     assert (wide.streams, wide.threads_per_stream) == (1, 2)
     assert wide.model.get_property("INFERENCE_NUM_THREADS") == 2
