@@ -75,7 +75,9 @@ def raced_for(backend: str, options: RuntimeOptions) -> tuple[str, RuntimeOption
     the plan, or a forked serving process, reuses the choice) and ``max_batch_size``, which
     ``max_batch_size = 0`` resolves after the race from the race's winner
     (inferpool.engine.plan.auto_batch): the lanes built after it must still see the verdict."""
-    return backend, replace(options, intra_op_threads=1, num_runtimes=0, max_batch_size=0)
+    # Preferred batch sizes need max_batch_size set (options.py), which is then never resolved.
+    batch = options.max_batch_size if options.preferred_batch_sizes else 0
+    return backend, replace(options, intra_op_threads=1, num_runtimes=0, max_batch_size=batch)
 
 
 def bf16_verdict(module: InferenceModule, options: RuntimeOptions, backend: str) -> str | None:
