@@ -15,12 +15,13 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from inferpool.engine.client import EngineClient, Prediction, room
 from inferpool.engine.errors import DeadlineBelowFloor, Overloaded
 from inferpool.service.asked import asked
+from inferpool.service.cache_sampling import LookSampler
 from inferpool.service.priorities import Priorities
 from inferpool.service.request_digest import request_digest, sighting
 from inferpool.service.response_cache import Key, ResponseCache
@@ -113,6 +114,8 @@ class Served:
     cached: CacheTallies | None = None
     """Where its response cache hits and misses are counted; None when the door's cache holds
     none of its answers (service/response_cache.py)."""
+    sampler: LookSampler = field(default_factory=LookSampler)
+    """Which of its requests the cache looks at, for a cheap model (service/cache_sampling.py)."""
     _expected: dict[str, TensorMeta] | None = None
 
     def expected(self) -> dict[str, TensorMeta]:
@@ -257,11 +260,14 @@ class FrontDoor:
         cache, tallies = self.cache, served.cached
         if cache is None or tallies is None or (what.cache_control is not None and what.no_cache):
             return level, None, None
+        cheap, sampler = served.model.deadline_floor_ms < DOORKEEPER_UNDER_MS, served.sampler
+        if cheap and sampler.skips():
+            return level, None, None
         seen = sighting(inputs)
         if seen is None:
             return level, None, None
-        cheap = served.model.deadline_floor_ms < DOORKEEPER_UNDER_MS
         if cheap and cache.doorkeeper.first_sighting(seen):  # not kept: no key to build, nothing to look up
+            sampler.missed()
             tallies.miss.add()
             return level, None, None
         digest = request_digest(inputs, decoded)
@@ -270,8 +276,10 @@ class FrontDoor:
         key = self._key_prefix(served, encode) + digest
         found = cache.get(key)
         if found is None:
+            sampler.missed()
             tallies.miss.add()
             return level, key, None
+        sampler.hit()
         tallies.hit.add()
         if level:
             self.metrics.traffic.prioritised(level, ANSWERED, 0.0)

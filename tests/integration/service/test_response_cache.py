@@ -62,3 +62,27 @@ def test_a_dear_models_answer_is_kept_at_its_first_sighting(cached, monkeypatch)
     assert first.status_code == second.status_code == 200
     assert second.content == first.content
     assert _counts(cached) == (hits + 1, misses + 1)
+
+
+def test_a_cheap_models_cache_looks_at_one_request_in_every_few_once_nothing_hits(cached, monkeypatch):
+    """After QUIET looks without a hit only one request in EVERY is looked at (and counted); a
+    request sent again and again is still kept and answered from the cache, and its hit makes
+    the cache look at every request again."""
+    from inferpool.service import cache_sampling
+
+    monkeypatch.setattr(cache_sampling, "QUIET", 4)
+    monkeypatch.setattr(cache_sampling, "EVERY", 4)
+    bodies = [orjson.dumps({"inputs": np.full((1, 8, 8), 10.0 + i).tolist()}) for i in range(40)]
+    for body in bodies[:4]:  # four new requests: four looks without a hit
+        assert cached.post("/predict", content=body).status_code == 200
+    hits, misses = _counts(cached)
+    for body in bodies[4:36]:
+        assert cached.post("/predict", content=body).status_code == 200
+    assert _counts(cached) == (hits, misses + 32 // 4)
+    answers = [cached.post("/predict", content=bodies[36]) for _ in range(12)]  # three looks among them
+    assert len({answer.content for answer in answers}) == 1
+    assert _counts(cached)[0] > hits  # kept at one look, answered from the cache at a later one
+    _, misses = _counts(cached)
+    for body in bodies[37:]:  # every request looked at again
+        assert cached.post("/predict", content=body).status_code == 200
+    assert _counts(cached)[1] == misses + 3

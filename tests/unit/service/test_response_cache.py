@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from inferpool.service.cache_sampling import EVERY, QUIET, LookSampler
 from inferpool.service.frontdoor import FrontDoor
 from inferpool.service.request_digest import request_digest, written_inputs
 from inferpool.service.response_cache import MB, Doorkeeper, ResponseCache, size_of
@@ -233,3 +234,16 @@ def test_a_dataclass_is_keyed_by_its_class_and_fields_and_a_reference_to_the_inp
     assert request_digest(x, Asked(x)) != request_digest(x, looks_alike)
     assert request_digest(x, Asked(x)) != request_digest(x, Opaque(x))  # another class, same fields
     assert request_digest(x, Asked(x), written_inputs(x)) == request_digest(x, Asked(x))
+
+
+def test_the_look_sampler_looks_at_one_in_every_few_after_quiet_misses_until_a_hit():
+    sampler = LookSampler()
+    for _ in range(QUIET):
+        assert not sampler.skips()
+        sampler.missed()
+    assert sampler.sampling
+    looked = [not sampler.skips() for _ in range(10 * EVERY)]
+    assert sum(looked) == 10
+    sampler.hit()
+    assert not sampler.sampling
+    assert not any(sampler.skips() for _ in range(EVERY))

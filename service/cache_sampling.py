@@ -1,0 +1,50 @@
+"""Which of a cheap model's requests its response cache looks at (``LookSampler``).
+
+On a model whose call is a few tens of µs, the look itself (a hash of the inputs and the
+doorkeeper's mark, ~2 µs, and as much again around it) is several percent of a request that
+misses (docs/BENCHMARKS.md, response cache: digits with every request new). Where nothing has
+hit for ``QUIET`` looks in a row, the cache looks at one request in ``EVERY`` only: one-off
+traffic then pays an eighth of a look. Repeats still surface: a request sent again and again is
+looked at one time in eight, kept at its second look (the doorkeeper), and answered from the
+cache at its third, whereupon every request is looked at again. Requests that were not looked at
+are counted neither as hits nor as misses (docs/metrics.md).
+
+Not locked: under races a count is lost or a request looked at that need not be, which only
+moves when sampling starts or stops.
+"""
+
+from __future__ import annotations
+
+QUIET = 4096
+"""Looks in a row without a hit before sampling starts: long enough that a workload with any
+repeats worth keeping (a hit ratio over ~0.03 %) never samples."""
+EVERY = 8
+"""While sampling, one request in this many is looked at."""
+
+
+class LookSampler:
+    """One model's looks since its last hit, in one serving process."""
+
+    __slots__ = ("_misses", "_turn")
+
+    def __init__(self) -> None:
+        self._misses = 0
+        self._turn = 0
+
+    def skips(self) -> bool:
+        """Whether this request goes by without a look: only while sampling, and then all but one
+        in ``EVERY``."""
+        if self._misses < QUIET:
+            return False
+        self._turn += 1
+        return self._turn % EVERY != 0
+
+    def missed(self) -> None:
+        self._misses += 1
+
+    def hit(self) -> None:
+        self._misses = 0
+
+    @property
+    def sampling(self) -> bool:
+        return self._misses >= QUIET
