@@ -143,6 +143,8 @@ class QueuedWorkers:
 
     async def infer(self, inputs: object, deadline: float | None, request_id: str | None, level: int = 0) -> Prediction:
         pipeline = self.pipeline
+        if pipeline.admission.requests == 0 and pipeline.runtimes.alone_on_wide_lane():
+            return self.alone(inputs, deadline, request_id)
         samples = pipeline.admit(inputs, deadline, level)
         pending = self.run(Work(inputs, samples, deadline, request_id, level))
         if deadline is None:
@@ -157,6 +159,15 @@ class QueuedWorkers:
             if not timeout.expired():
                 raise
             raise DeadlineExceeded(f"the request's deadline passed while model {pipeline.name!r} ran it") from None
+
+    def alone(self, inputs: object, deadline: float | None, request_id: str | None) -> Prediction:
+        """A request that finds nothing queued or running in this process, nor any call running
+        in the pod, and the wide lane free: it runs on the event loop, on every core. Handing it
+        to a worker thread and back costs ~0.1 ms and two wake-ups while the loop has nothing
+        else to do (one stream of ResNet-50 images: p50 8.42 against 8.71 ms); a request that
+        arrives meanwhile waits for the call instead of running beside it, narrow, on the cores
+        the lane is using."""
+        return self.pipeline.inline(inputs, deadline, request_id)
 
     async def run(self, work: Work) -> Prediction:
         future = work.attach(asyncio.get_running_loop())

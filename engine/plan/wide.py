@@ -37,6 +37,7 @@ from inferpool.engine.errors import ModelLoadError
 from inferpool.engine.models.module import InferenceModule
 from inferpool.engine.options import RuntimeOptions
 from inferpool.engine.plan.calm_timing import calmest_pair, median_seconds
+from inferpool.engine.plan.pod_load import PodLoad
 from inferpool.engine.schema import Array
 
 log = logging.getLogger(__name__)
@@ -103,6 +104,12 @@ class WideLane:
         """Taken only once no two calls have run at once in the pod for this long (pod_load)."""
         self._free = threading.Lock()
         self.calls = 0
+
+    def takes_any_call_now(self, pod: PodLoad) -> bool:
+        """Whether a call of any size starting now would run here: none runs anywhere in the pod,
+        the pod has been calm for ``quiet_seconds`` and the lane is free (a reader's view, which
+        a call starting elsewhere a moment later makes stale: the call then runs narrow)."""
+        return self.min_rows == 1 and pod.running() == 0 and pod.calm(self.quiet_seconds) and not self._free.locked()
 
     def try_run(self, arrays: Mapping[str, Array]) -> dict[str, Array] | None:
         if self.min_rows > 1 and next(iter(arrays.values())).shape[0] < self.min_rows:

@@ -64,6 +64,10 @@ class Runner(Protocol):
 
     def run(self, arrays: Mapping[str, Array]) -> dict[str, Array]: ...
 
+    def alone_on_wide_lane(self) -> bool:
+        """Whether a call starting now would run alone on every core (RuntimeSet's wide lane)."""
+        ...
+
 
 class Pipeline:
     def __init__(

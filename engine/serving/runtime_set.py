@@ -63,6 +63,11 @@ class RuntimeSet:
         finally:
             pod.leave()
 
+    def alone_on_wide_lane(self) -> bool:
+        """Whether a call starting now would run alone on the wide lane, every core its own."""
+        wide = self.wide
+        return wide is not None and self.pod.active and wide.takes_any_call_now(self.pod)
+
     def _run_pooled(self, arrays: Mapping[str, Array]) -> dict[str, Array]:
         lease = self.pool.borrow()
         with lease as runtime:

@@ -30,6 +30,9 @@ class _Runs:
     def __init__(self, run: Callable[[Mapping[str, Array]], dict[str, Array]]) -> None:
         self.run = run
 
+    def alone_on_wide_lane(self) -> bool:
+        return False
+
 
 class _Prepares(Handler):
     def __init__(self, preprocess: Callable[[Any], Any]) -> None:

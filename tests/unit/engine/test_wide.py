@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any, ClassVar
@@ -12,6 +14,8 @@ import pytest
 
 from inferpool.engine.backends.base import Runtime
 from inferpool.engine.errors import ModelLoadError
+from inferpool.engine.executors.base import ExecutorConfig
+from inferpool.engine.executors.threads import ThreadExecutor
 from inferpool.engine.models.module import InferenceModule
 from inferpool.engine.options import RuntimeOptions
 from inferpool.engine.plan.pod_load import PodLoad
@@ -24,6 +28,8 @@ from inferpool.engine.plan.wide import (
     lane_memory_refusal,
     usable_memory_bytes,
 )
+from inferpool.engine.serving.admission import Admission, ServiceTimes
+from inferpool.engine.serving.pipeline import Pipeline
 from inferpool.engine.serving.runtime_set import RuntimeSet
 from inferpool.engine.zoo.mlp import build as build_mlp
 
@@ -379,3 +385,77 @@ def test_a_block_that_gains_enough_ends_the_timing(monkeypatch):
     narrow_seconds, wide_seconds = calm_timing.calmest_pair(count("narrow", 0.004), count("wide", 0.001), 3, enough=1.5)
     assert narrow_seconds > wide_seconds
     assert calls == {"narrow": 4, "wide": 4}  # the warm call and one block: it gained enough
+
+
+def test_a_call_that_ends_beside_another_marks_the_overlap():
+    """Two processes whose calls run in step overlap at every end; the start that overlapped may
+    be older than the quiet window by then, and the next call must still not run wide."""
+    pod = PodLoad(processes=2)
+    fork = multiprocessing.get_context("fork")
+    entered, done = fork.Event(), fork.Event()
+    other = fork.Process(target=_other_process_calls, args=(pod, entered, done))
+    other.start()
+    try:
+        assert entered.wait(30)
+        pod.enter()  # beside the other's call: marked at its start
+        time.sleep(0.06)
+        assert pod.calm(0.05)  # the start's mark is past the window
+        pod.leave()  # ends while the other still runs
+        assert not pod.calm(0.05)
+    finally:
+        done.set()
+        other.join(30)
+
+
+def test_the_lane_says_whether_a_call_now_would_take_it(module):
+    pod = PodLoad(processes=2)
+    pod.active = True
+    runtimes = _runtime_set(module, pod)
+    assert runtimes.alone_on_wide_lane()
+    pod.enter()  # a call of this process runs
+    assert not runtimes.alone_on_wide_lane()
+    pod.leave()
+    assert runtimes.alone_on_wide_lane()
+    assert runtimes.wide is not None
+    runtimes.wide.min_rows = 8  # only batches gain: a lone request's size is not known before its decode
+    assert not runtimes.alone_on_wide_lane()
+    assert not _runtime_set(module, PodLoad(processes=2)).alone_on_wide_lane()  # no model of the pod lends
+
+
+class ThreadNoted(Sleeper):
+    """Notes the thread each call ran on."""
+
+    threads: ClassVar[list[int]] = []
+
+    def run(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
+        self.threads.append(threading.get_ident())
+        return super().run(inputs)
+
+
+def test_a_request_alone_on_the_wide_lane_runs_on_the_event_loop(module):
+    """No hand-off to a worker thread and back for a call that has every core to itself; a
+    request that would run narrow, beside another call of the pod, still goes to a worker."""
+    pod = PodLoad(processes=2)
+    pod.active = True
+    options = RuntimeOptions(warmup_iters=0)
+    backend: type[ThreadNoted] = type("Noted", (ThreadNoted,), {"narrow": 0.0, "wide": 0.0, "threads": []})
+    runtimes = RuntimeSet("fake", backend, "narrow", module, options, 1, pod)
+    runtimes.wide = WideLane(backend(module, options, "wide"), quiet_seconds=0.002)
+    pipeline = Pipeline("fake", module.schema, runtimes, Admission(ServiceTimes(), 1, 1, capacity=8), options)
+    executor = ThreadExecutor(pipeline, ExecutorConfig(name="test", threads=1, initializer=lambda: None))
+    inputs = {name: array.tolist() for name, array in module.example_inputs.items()}
+
+    async def one() -> tuple[int, str]:
+        prediction = await executor.infer(inputs, None, None)
+        return threading.get_ident(), str(prediction.outputs["lane"])
+
+    try:
+        loop_thread, lane = asyncio.run(one())
+        assert (backend.threads[-1], lane) == (loop_thread, "wide")
+        pod.claim(1)
+        pod.enter()  # another process's call is running
+        loop_thread, lane = asyncio.run(one())
+        assert lane == "narrow"
+        assert backend.threads[-1] != loop_thread
+    finally:
+        executor.close()
