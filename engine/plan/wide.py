@@ -64,6 +64,10 @@ QUIET_SECONDS = (0.002, 0.1)
 """How long the pod must have gone without two calls at once before one alone runs wide: the
 model's own narrow call time, within these bounds (inferpool.engine.plan.pod_load). Under load calls
 overlap on every call; one stream of calls never does."""
+ON_LOOP_UNDER_SECONDS = QUIET_SECONDS[1]
+"""A call alone runs on the event loop (``WideLane.takes_any_call_now``) only for a model whose
+narrow call, its quiet window, is shorter: the loop answers nothing else meanwhile (health probes,
+metrics), and a longer call's hand-off to a worker thread is a smaller share of it anyway."""
 LANE_BUILD_SECONDS = 60.0
 """The longest a serving process waits for its own wide lane to build before serving without it."""
 PROBE_UNDER_SECONDS = 0.02
@@ -106,10 +110,15 @@ class WideLane:
         self.calls = 0
 
     def takes_any_call_now(self, pod: PodLoad) -> bool:
-        """Whether a call of any size starting now would run here: none runs anywhere in the pod,
-        the pod has been calm for ``quiet_seconds`` and the lane is free (a reader's view, which
-        a call starting elsewhere a moment later makes stale: the call then runs narrow)."""
-        return self.min_rows == 1 and pod.running() == 0 and pod.calm(self.quiet_seconds) and not self._free.locked()
+        """Whether a call of any size starting now would run here, soon enough to run on the event
+        loop: none runs anywhere in the pod, the pod has been calm for ``quiet_seconds``, the lane
+        is free and the call short (``ON_LOOP_UNDER_SECONDS``). A reader's view, which a call
+        starting elsewhere a moment later makes stale: the call then runs narrow."""
+        quiet = self.quiet_seconds
+        return (
+            self.min_rows == 1 and quiet < ON_LOOP_UNDER_SECONDS and pod.running() == 0 and pod.calm(quiet)
+            and not self._free.locked()
+        )  # fmt: skip
 
     def try_run(self, arrays: Mapping[str, Array]) -> dict[str, Array] | None:
         if self.min_rows > 1 and next(iter(arrays.values())).shape[0] < self.min_rows:

@@ -20,6 +20,7 @@ from inferpool.engine.models.module import InferenceModule
 from inferpool.engine.options import RuntimeOptions
 from inferpool.engine.plan.pod_load import PodLoad
 from inferpool.engine.plan.wide import (
+    ON_LOOP_UNDER_SECONDS,
     QUIET_SECONDS,
     WideChoice,
     WideLane,
@@ -418,6 +419,9 @@ def test_the_lane_says_whether_a_call_now_would_take_it(module):
     assert runtimes.alone_on_wide_lane()
     assert runtimes.wide is not None
     runtimes.wide.min_rows = 8  # only batches gain: a lone request's size is not known before its decode
+    assert not runtimes.alone_on_wide_lane()
+    runtimes.wide.min_rows = 1
+    runtimes.wide.quiet_seconds = ON_LOOP_UNDER_SECONDS  # a call this long keeps the loop to itself
     assert not runtimes.alone_on_wide_lane()
     assert not _runtime_set(module, PodLoad(processes=2)).alone_on_wide_lane()  # no model of the pod lends
 
