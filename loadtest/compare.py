@@ -10,8 +10,9 @@
 With ``--workload`` other than digits, the variants are those of ``loadtest.workloads``: InferPool
 with no flags (and in one process) against the plain FastAPI server of that model at 1 and 2
 processes of 1 and 2 torch threads (``loadtest.peers.fastapi_models``), at the workload's own
-concurrencies. Every table starts with the bare engine's rate measured in this process first (the
-physical limit) and ends with InferPool's ratio to it and to the best peer at each concurrency.
+concurrencies. Every table starts with the bare engine's rate measured first, in a child process
+that exits before any server starts (the physical limit; loadtest/apart.py says why not in this
+one: the trees' PSS), and ends with InferPool's ratio to it and to the best peer at each concurrency.
 
 For digits, each variant serves ``inferpool.engine.zoo.digits:build`` on a free 127.0.0.1 port and gets the same
 closed-loop sweep (one JSON digit per ``POST /predict`` unless the variant says otherwise), from
