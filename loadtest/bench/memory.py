@@ -9,9 +9,10 @@ other files, shared memory) once it is ready and has answered a few requests (id
 after each load: ``--warmup`` then ``--seconds`` of Debian's ``wrk`` at each of ``--concurrency``'s
 connection counts in turn, read ``--settle`` seconds after its end, on the body (what
 ``loadtest.compare``'s digits rows send). It prints a table per reading, what each reading added
-per process and kind, the tree's total, the load average and the rate. ``--runs`` starts a fresh
-server each time; the last lines give every run's totals. Memory, not speed: a shared machine's
-load moves the rate, hardly the PSS.
+per process and kind, the tree's total, how much of it processes outside the tree map too (PSS
+splits those pages with them: the reading moves with the neighbours; frame numbers need root),
+the load average and the rate. ``--runs`` starts a fresh server each time; the last lines give
+every run's totals. Memory, not speed: a shared machine's load moves the rate, hardly the PSS.
 
 ``loadtest.compare``'s sweep (and its reading: at once after the last run) is
 ``--concurrency 1,8,64 --warmup 2 --seconds 6 --settle 0``, once with ``--body predict`` and once
@@ -31,11 +32,13 @@ from inferpool.harness.payloads import PAYLOADS
 from inferpool.harness.server import inferpool_serve, launch
 from loadtest import wrk
 from loadtest.bench import case_parser
-from loadtest.smaps import KINDS, tree_pss_by_kind
+from loadtest.smaps import KINDS, tree_pss_by_kind, tree_shared_outside
 
 BODIES = {"v2-json": "digits-v2-json", "predict": "digits-json"}
 COLUMNS = ("threads", "mappings", *KINDS)
 Rows = list[dict[str, int]]
+Reading = tuple[str, Rows, int]
+"""What was read, the tree's PSS by member and kind, and its KiB that processes outside it map too."""
 
 
 def memory_parser() -> argparse.ArgumentParser:
@@ -74,27 +77,28 @@ def total_mib(rows: Rows) -> float:
 
 def one_run(args: argparse.Namespace, logs: Path) -> dict[str, Any]:
     payload = PAYLOADS[BODIES[args.body]]()
-    readings: list[tuple[str, Rows]] = []
+    readings: list[Reading] = []
     rates = []
     with launch(inferpool_serve(*args.serve), logs, name="memory", ready_timeout=300) as server:
         pid = server.process.pid
         wrk.run_one(server.url, payload, 2, duration=1, warmup=0, label="touch", server_pid=pid, scratch=logs)
         time.sleep(1.0)
-        readings.append(("idle (after a 1 s touch at 2 connections)", tree_pss_by_kind(pid)))
+        readings.append(("idle (after a 1 s touch at 2 connections)", tree_pss_by_kind(pid), tree_shared_outside(pid)))
         for connections in [int(c) for c in args.concurrency.split(",")]:
             run = wrk.run_one(server.url, payload, connections, duration=args.seconds, warmup=args.warmup,
                               label="load", server_pid=pid, scratch=logs)  # fmt: skip
             rates.append(f"{run['achieved_rps']:.0f} req/s at {connections}")
             time.sleep(args.settle)  # with the default, the last answers out, the connections closed
             title = f"after {args.seconds:g} s of wrk at {connections} connections ({args.body})"
-            readings.append((title, tree_pss_by_kind(pid)))
+            readings.append((title, tree_pss_by_kind(pid), tree_shared_outside(pid)))
         load_average = os.getloadavg()
-    for (title, rows), (_, before) in zip(readings, [readings[0], *readings], strict=False):
+    for (title, rows, outside), (_, before, _) in zip(readings, [readings[0], *readings], strict=False):
         print(table(title, rows), end="\n\n")
+        print(f"{outside / 1024:.1f} MiB of the tree's pages are mapped outside it too (PSS splits them)", end="\n\n")
         if rows is not before:
             print(table("what it added", added(before, rows)), end="\n\n")
     load = f"load average {load_average[0]:.2f} {load_average[1]:.2f}"
-    totals = ", ".join(f"{total_mib(rows):.1f}" for _, rows in readings)
+    totals = ", ".join(f"{total_mib(rows):.1f}" for _, rows, _ in readings)
     print(f"{'; '.join(rates)}; {load}; tree PSS MiB idle, then after each load: {totals}\n", flush=True)
     return {"readings": readings, "rates": rates, "load_average": load_average}
 
@@ -104,5 +108,5 @@ def memory(argv: list[str] | None = None) -> list[dict[str, Any]]:
     logs = Path(tempfile.mkdtemp(prefix="bench-memory-"))
     runs = [one_run(args, logs) for _ in range(args.runs)]
     for number, run in enumerate(runs, 1):
-        print(f"run {number}: tree PSS MiB " + ", ".join(f"{total_mib(rows):.1f}" for _, rows in run["readings"]))
+        print(f"run {number}: tree PSS MiB " + ", ".join(f"{total_mib(rows):.1f}" for _, rows, _ in run["readings"]))
     return runs
