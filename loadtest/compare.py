@@ -10,8 +10,9 @@
 With ``--workload`` other than digits, the variants are those of ``loadtest.workloads``: InferPool
 with no flags (and in one process) against the plain FastAPI server of that model at 1 and 2
 processes of 1 and 2 torch threads (``loadtest.peers.fastapi_models``), at the workload's own
-concurrencies. Every table starts with the bare engine's rate measured in this process first (the
-physical limit) and ends with InferPool's ratio to it and to the best peer at each concurrency.
+concurrencies. Every table starts with the bare engine's rate measured first, in a child process
+that exits before any server starts (the physical limit; loadtest/apart.py says why not in this
+one: the trees' PSS), and ends with InferPool's ratio to it and to the best peer at each concurrency.
 
 For digits, each variant serves ``inferpool.engine.zoo.digits:build`` on a free 127.0.0.1 port and gets the same
 closed-loop sweep (one JSON digit per ``POST /predict`` unless the variant says otherwise), from
@@ -58,7 +59,7 @@ from inferpool.harness.server import REPO_ROOT, Command, inferpool_serve, launch
 from loadtest import openloop, wrk
 from loadtest.compare_triton import TRITON_PYTHON, V2_DEFAULTS, against_triton, triton_variant
 from loadtest.procs import tree_pss_bytes
-from loadtest.workloads import WORKLOADS, Variant, limits, variants_for
+from loadtest.workloads import WORKLOADS, Variant, limits_apart, variants_for
 
 LIMIT = "bare handler limit, 2 processes"
 DEFAULTS = "InferPool defaults"
@@ -316,8 +317,9 @@ def main() -> None:
     chosen = variants(args.litserve_python, args.triton_python) if digits else variants_for(args.workload)
     if args.tables_from:
         limit = json.loads((args.tables_from.parent / "limit.json").read_text())
-    else:  # in this process, before any server: the bare engine's own rate is the physical limit
-        limit = limits(workload, min(args.duration, 5.0))
+    else:  # before any server: the bare engine's own rate is the physical limit (apart: its
+        # libraries mapped here would keep the supervisor's loading code resident, loadtest/apart.py)
+        limit = limits_apart(args.workload, min(args.duration, 5.0))
         (out / "limit.json").write_text(json.dumps(limit))
     if args.only:
         wanted = [w.strip().lower() for w in args.only.split(",")]
@@ -325,7 +327,7 @@ def main() -> None:
     round_limits: list[dict[str, Any]] = []
     for round_ in range(0 if args.tables_from else args.rounds):
         if args.limit_each_round:  # a machine that drifts within the run: each round beside its own limit
-            round_limits.append(limit if round_ == 0 else limits(workload, min(args.duration, 5.0)))
+            round_limits.append(limit if round_ == 0 else limits_apart(args.workload, min(args.duration, 5.0)))
             (out / "round_limits.json").write_text(json.dumps(round_limits))
         # Each round in the opposite order, so that slow drift (other load on the machine) does
         # not always favour the same variants.

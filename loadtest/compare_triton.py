@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from inferpool.harness.server import REPO_ROOT, Command
+from loadtest.apart import run_apart
 from loadtest.workloads import Variant
 
 TRITON = "Triton 2.51 v2 JSON"
@@ -29,11 +30,18 @@ def triton_command(python: str, *args: str) -> Command:
     """The Triton peer on the port: ``python`` is the Triton venv's interpreter."""
 
     def argv(port: int) -> list[str]:
-        from loadtest.peers.bare_handler import export  # torch: only once a Triton row runs
-
-        return [python, str(SCRIPT), "--port", str(port), "--onnx", export(), *args]
+        # Made apart, and only once a Triton row runs: torch's and onnxruntime's libraries mapped
+        # here would keep the next InferPool supervisor's loading code resident (loadtest/apart.py).
+        return [python, str(SCRIPT), "--port", str(port), "--onnx", run_apart(digits_export), *args]
 
     return argv
+
+
+def digits_export() -> str:
+    """The digits CNN's ONNX export (loadtest/peers/bare_handler.py), in the process that calls it."""
+    from loadtest.peers.bare_handler import export
+
+    return export()
 
 
 def triton_variant(python: str) -> Variant:

@@ -5,7 +5,11 @@ buffers), shared libraries' pages, other files, and shared memory."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
 
 from loadtest.procs import tree
 
@@ -55,3 +59,46 @@ def tree_pss_by_kind(pid: int) -> list[dict[str, int]]:
             continue  # exited meanwhile
         rows.append({"pid": member, "threads": threads, **pss_by_kind(smaps)})
     return rows
+
+
+PAGE_KIB = 4
+_PRESENT = np.uint64(1 << 63)
+_FRAME = np.uint64((1 << 55) - 1)
+
+
+def resident_frames(pid: int) -> npt.NDArray[np.uint64]:
+    """The physical frames of ``pid``'s resident pages (``/proc/PID/pagemap``), each once per
+    mapping it is in; empty where they cannot be read (frame numbers need root)."""
+    found = []
+    with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/pagemap", "rb") as pagemap:
+        for line in maps:
+            start, end = (int(x, 16) for x in line.split(maxsplit=1)[0].split("-"))
+            pages = (end - start) // (PAGE_KIB * 1024)
+            try:
+                raw = os.pread(pagemap.fileno(), pages * 8, start // (PAGE_KIB * 1024) * 8)
+            except OSError:  # [vsyscall]: not readable through pagemap
+                continue
+            entries = np.frombuffer(raw, dtype=np.uint64)
+            found.append(entries[(entries & _PRESENT) != 0] & _FRAME)
+    frames = np.concatenate(found) if found else np.empty(0, np.uint64)
+    return frames[frames != 0]
+
+
+def tree_shared_outside(pid: int) -> int:
+    """KiB of the tree's resident pages that processes outside it map too (``/proc/kpagecount``
+    against the tree's own count): PSS divides those with the neighbours, so a tree's summed PSS
+    reads less beside other servers of the same libraries, and a load generator that maps them
+    keeps its supervisor from paging them out (loadtest/apart.py). 0 where frames cannot be read."""
+    every = []
+    for member in tree(pid):
+        try:
+            every.append(resident_frames(member))
+        except OSError:
+            continue  # exited meanwhile
+    frames, inside = np.unique(np.concatenate(every) if every else np.empty(0, np.uint64), return_counts=True)
+    outside = 0
+    with open("/proc/kpagecount", "rb") as counts:
+        for frame, mine in zip(frames.tolist(), inside.tolist(), strict=True):
+            raw = os.pread(counts.fileno(), 8, frame * 8)
+            outside += len(raw) == 8 and int.from_bytes(raw, "little") > mine
+    return outside * PAGE_KIB

@@ -25,6 +25,7 @@ import numpy as np
 from inferpool.engine.backends.native_bf16 import native_bf16
 from inferpool.harness.payloads import IMAGE, PAYLOADS, SENTENCE, SENTENCES, Payload
 from inferpool.harness.server import REPO_ROOT, Command, inferpool_serve
+from loadtest.apart import run_apart
 
 MINILM = str(REPO_ROOT / "config" / "minilm.toml")
 
@@ -199,3 +200,13 @@ def limits(workload: Workload, seconds: float) -> dict[str, Any]:
     shown = ("backend", "precision")  # what sets the rate; the thread settings are the limit's own
     described = ", ".join(str(value) for key, value in workload.engine if key in shown)
     return {"one_stream": round(one_stream, 1), "every_core": round(every_core, 1), "engine": described}
+
+
+def limits_apart(name: str, seconds: float) -> dict[str, Any]:
+    """``limits(WORKLOADS[name], seconds)`` in a child process (loadtest/apart.py), so that the
+    process that goes on to measure servers never maps torch's libraries."""
+    return run_apart(_limits_of, name, seconds)
+
+
+def _limits_of(name: str, seconds: float) -> dict[str, Any]:
+    return limits(WORKLOADS[name], seconds)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from loadtest.smaps import KINDS, kind_of, pss_by_kind, tree_pss_by_kind
+from loadtest.smaps import KINDS, kind_of, pss_by_kind, resident_frames, tree_pss_by_kind, tree_shared_outside
 
 SMAPS = """\
 55d0a0000000-55d0a0100000 rw-p 00000000 00:00 0                          [heap]
@@ -46,3 +46,15 @@ def test_this_process_is_read_from_proc():
     assert rows[0]["pid"] == os.getpid()
     assert rows[0]["threads"] >= 1
     assert sum(rows[0][kind] for kind in KINDS) > 0
+
+
+def test_pages_shared_outside_the_tree_are_read_from_the_frame_counts():
+    """Root reads frame numbers: this process's libc pages are mapped by every other process too.
+    Anyone else reads none, and the figure is 0 rather than wrong."""
+    frames = resident_frames(os.getpid())
+    outside = tree_shared_outside(os.getpid())
+    if os.geteuid() == 0:
+        assert len(frames) > 100
+        assert 0 < outside <= len(frames) * 4
+    else:
+        assert outside == 0
