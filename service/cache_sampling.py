@@ -9,6 +9,9 @@ looked at one time in eight, kept at its second look (the doorkeeper), and answe
 cache at its third, whereupon every request is looked at again. Requests that were not looked at
 are counted neither as hits nor as misses (docs/metrics.md).
 
+A request that goes by unlooked pays one test of a countdown and its decrement (``skips``), so
+that with the cache on and sampling it costs what it costs with the cache off, within noise.
+
 Not locked: under races a count is lost or a request looked at that need not be, which only
 moves when sampling starts or stops.
 """
@@ -23,27 +26,31 @@ EVERY = 8
 
 
 class LookSampler:
-    """One model's looks since its last hit, in one serving process."""
+    """One cheap model's looks since its last hit, in one serving process (a dearer model's
+    misses are not counted here, so it never samples)."""
 
-    __slots__ = ("_misses", "_turn")
+    __slots__ = ("_misses", "_unlooked")
 
     def __init__(self) -> None:
         self._misses = 0
-        self._turn = 0
+        self._unlooked = 0
+        """While sampling, the requests still to go by before the next look."""
 
     def skips(self) -> bool:
         """Whether this request goes by without a look: only while sampling, and then all but one
         in ``EVERY``."""
-        if self._misses < QUIET:
-            return False
-        self._turn += 1
-        return self._turn % EVERY != 0
+        if self._unlooked:  # all an unlooked request pays: this test and the decrement
+            self._unlooked -= 1
+            return True
+        if self._misses >= QUIET:  # sampling: this one is looked at, the next EVERY - 1 are not
+            self._unlooked = EVERY - 1
+        return False
 
     def missed(self) -> None:
         self._misses += 1
 
     def hit(self) -> None:
-        self._misses = 0
+        self._misses = self._unlooked = 0
 
     @property
     def sampling(self) -> bool:
