@@ -17,7 +17,7 @@ costs, which should be within the rounds' spread of the cache off. ``hit``: ``--
 over and over: what a hit costs.
 
 ``--looks``: each cache size once per way its cheap model's sampler may stand
-(service/cache_sampling.py): ``sampled``, as after 4,096 looks without a hit (one request in 8
+(service/cache_sampling.py): ``sampled``, as after 4,096 looks without a hit (one request in 32
 looked at: what one-off traffic pays in the long run), and ``every``, every request looked at
 (what a look costs; sampling is held off for the round).
 """
