@@ -1,7 +1,7 @@
 """CPU per request of the response cache against the cache off, in process (the lane, as lane_cpu).
 
     python -m loadtest.bench cache_cpu [--traffic miss|hit] [--cache-mb 0 1 64] [--body v2-json|predict]
-                                       [--looks sampled every]
+                                       [--looks sampled every] [--start filled|empty]
     python -m loadtest.bench cache_cpu --profile 64      # where a miss's CPU goes, at a 64 MB cache
 
 Serves the default model (digits, one process) through ``--connections`` in-memory connections
@@ -19,7 +19,9 @@ over and over: what a hit costs.
 ``--looks``: each cache size once per way its cheap model's sampler may stand
 (service/cache_sampling.py): ``sampled``, as after 4,096 looks without a hit (one request in 32
 looked at: what one-off traffic pays in the long run), and ``every``, every request looked at
-(what a look costs; sampling is held off for the round).
+(what a look costs; sampling is held off for the round). ``--start empty``: each round's cache
+starts empty instead, as a new server's (and, with no repeats, the HTTP ``digits-miss`` case's all
+along): holding a filled cache measured about +0.3-0.6 µs a request by itself (docs/traffic.md).
 """
 
 from __future__ import annotations
@@ -103,6 +105,7 @@ def cache_cpu_parser() -> argparse.ArgumentParser:
     parser.add_argument("--traffic", choices=("miss", "hit"), default="miss")
     parser.add_argument("--cache-mb", type=float, nargs="+", default=[0.0, 1.0, 64.0])
     parser.add_argument("--looks", choices=sorted(LOOKS), nargs="+", default=["sampled", "every"])
+    parser.add_argument("--start", choices=("filled", "empty"), default="filled", help="each round's cache")
     parser.add_argument("--body", choices=sorted(BODIES), default="v2-json")
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--wakeups", type=int, default=100, help="loop wake-ups a round, a request per connection")
@@ -121,10 +124,11 @@ class Rounds:
         self.hot = itertools.cycle(list(itertools.islice(images(args.body, seed=2), args.hot)))
 
     async def fill(self, megabytes: float) -> None:
-        """A new cache of ``megabytes`` (none at 0), filled to its bound by requests sent twice."""
+        """A new cache of ``megabytes`` (none at 0), filled to its bound by requests sent twice
+        (left empty with ``--start empty``)."""
         door = self.door
         door.cache_look = CacheLook.of_megabytes(megabytes)
-        cache = None if door.cache_look is None else door.cache_look.cache
+        cache = None if door.cache_look is None or self.args.start == "empty" else door.cache_look.cache
         with every(door.served()):  # sampling, a request sent twice would be kept one time in 64
             while cache is not None and cache.bytes < FULL * cache.max_bytes:
                 chunk = list(itertools.islice(self.new, len(self.opened.opened) * 8))
