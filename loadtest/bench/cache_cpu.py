@@ -21,7 +21,7 @@ over and over: what a hit costs.
 looked at: what one-off traffic pays in the long run), and ``every``, every request looked at
 (what a look costs; sampling is held off for the round). ``--start empty``: each round's cache
 starts empty instead, as a new server's (and, with no repeats, the HTTP ``digits-miss`` case's all
-along): holding a filled cache measured about +0.3-0.6 µs a request by itself (docs/traffic.md).
+along): holding a filled cache measured about +0.6-0.95 µs a request by itself (docs/traffic.md).
 """
 
 from __future__ import annotations
