@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 from inferpool.engine.client import EngineClient, Prediction, room
 from inferpool.engine.errors import DeadlineBelowFloor, Overloaded
 from inferpool.service.asked import asked
+from inferpool.service.cache_look import CacheLook
 from inferpool.service.cache_sampling import LookSampler
 from inferpool.service.priorities import Priorities
-from inferpool.service.request_digest import request_digest, sighting
-from inferpool.service.response_cache import Key, ResponseCache
+from inferpool.service.response_cache import Key
 from inferpool.service.telemetry.logs import model_served
 from inferpool.service.telemetry.metrics import Inference, Labels, Metrics
 from inferpool.service.telemetry.traffic import ANSWERED, SHED, CacheTallies
@@ -33,13 +33,6 @@ from inferpool.service.v2.codec import VERSION, metadata
 from inferpool.service.v2.datatypes import TensorMeta
 
 MAX_REQUEST_ID = 128
-DOORKEEPER_UNDER_MS = 2
-"""Models whose deadline floor (their fastest call, with the request's path) is under this keep
-a request's answer only from its second sighting (``Doorkeeper``): on a call of ~20 µs, building a
-key and an entry for every one-off request was a tenth of the rate. A dearer model keeps it at
-once, where those few µs are noise and a repeat that misses again costs a whole call (on the
-MiniLM Zipf workload, behind the doorkeeper: 20.4k req/s at a 98.7 % hit ratio; kept at once:
-23.9k at 99.5 %)."""
 # Either spelling: ASGI header names are bytes, gRPC metadata keys str (both lower case).
 REQUEST_ID = (b"x-request-id", "x-request-id")
 Pairs = Iterable[tuple[str | bytes, str | bytes]]
@@ -151,16 +144,16 @@ class FrontDoor:
         self.timeout_ms = settings.request_timeout_ms
         self.priorities = Priorities(settings.priority_levels, settings.default_priority)
         activity.priorities = self.priorities
-        self.cache = ResponseCache.of_megabytes(settings.response_cache_mb)
+        self.cache_look = CacheLook.of_megabytes(settings.response_cache_mb)
+        """None: the cache is off (or, for the warm door, never consulted)."""
         self._cached_models = settings.response_cache_models
-        self._key_prefixes: dict[tuple[Served, Encoder[Any, Any]], bytes] = {}
         self._served: dict[EngineClient, Served] = {}
 
     def add(self, model: EngineClient) -> Served:
         """``model`` serves (the host's ``on_ready``): its record; the host's plan gives its version."""
         host = self.host
         names = self._cached_models
-        cached = self.cache is not None and (names is None or model.name in names)
+        cached = self.cache_look is not None and (names is None or model.name in names)
         tallies = self.metrics.traffic.cache_tallies(model.name) if cached else None
         served = self._served[model] = Served(
             model, model.name, host.version_of(model), (model.name, host.version_label(model)), tallies
@@ -169,7 +162,7 @@ class FrontDoor:
 
     @property
     def cache_bytes(self) -> int:
-        return 0 if self.cache is None else self.cache.bytes
+        return 0 if self.cache_look is None else self.cache_look.cache.bytes
 
     def of(self, model: EngineClient) -> Served:
         return self._served.get(model) or self.add(model)
@@ -257,41 +250,16 @@ class FrontDoor:
         and whether the response cache answers it (``Looked``)."""
         what = asked.get()
         level = self.priorities.level(priority, what.priority) if self.priorities.on else 0
-        cache, tallies = self.cache, served.cached
-        if cache is None or tallies is None or (what.cache_control is not None and what.no_cache):
+        cache_look, tallies = self.cache_look, served.cached
+        # Cheapest first: a request its model's sampler skips costs what it costs with the cache off.
+        if cache_look is None or tallies is None or (what.cache_control is not None and what.no_cache):
             return level, None, None
-        cheap, sampler = served.model.deadline_floor_ms < DOORKEEPER_UNDER_MS, served.sampler
-        if cheap and sampler.skips():
+        if served.sampler.skips():
             return level, None, None
-        seen = sighting(inputs)
-        if seen is None:
-            return level, None, None
-        if cheap and cache.doorkeeper.first_sighting(seen):  # not kept: no key to build, nothing to look up
-            sampler.missed()
-            tallies.miss.add()
-            return level, None, None
-        digest = request_digest(inputs, decoded)
-        if digest is None:
-            return level, None, None
-        key = self._key_prefix(served, encode) + digest
-        found = cache.get(key)
-        if found is None:
-            sampler.missed()
-            tallies.miss.add()
-            return level, key, None
-        sampler.hit()
-        tallies.hit.add()
-        if level:
+        key, found = cache_look.look(served, tallies, inputs, encode, decoded)
+        if found is not None and level:
             self.metrics.traffic.prioritised(level, ANSWERED, 0.0)
         return level, key, found
-
-    def _key_prefix(self, served: Served, encode: Encoder[Any, Any]) -> bytes:
-        """The four bytes that stand for ``served`` and ``encode`` in a response cache key."""
-        pair = (served, encode)
-        found = self._key_prefixes.get(pair)
-        if found is None:
-            found = self._key_prefixes[pair] = len(self._key_prefixes).to_bytes(4, "little")
-        return found
 
     def hit(self, served: Served, received: float, parsed: float) -> Inference:
         """A cached answer's phases: its decoding only (no queue, no model, no encoding)."""
@@ -322,8 +290,8 @@ class FrontDoor:
         encoding = time.perf_counter()
         body = encode(served, prediction.outputs, decoded)
         encoded = time.perf_counter()
-        if key is not None and self.cache is not None:
-            self.cache.put(key, body)
+        if key is not None and self.cache_look is not None:
+            self.cache_look.keep(key, body)
         if level:
             self.metrics.traffic.prioritised(level, ANSWERED, encoded - received)
         inference = Inference(

@@ -8,7 +8,11 @@ of them, one compare on a hit) can never mistake one request for another. Past
 instead, so that a cache bounded by answer bytes is not filled by keys.
 
 The cache's doorkeeper looks at a cheaper hash of the inputs first (``sighting``): a request
-seen for the first time needs no key. The key is built in two parts:
+seen for the first time needs no key. An array's bytes are hashed as they are; a list of
+integers or strings (JSON's inputs: ``/predict``'s, the text routes') is written by orjson, about
+three times faster than pickle (64 integers: 0.4 µs against 1.2) and exact enough for a mark:
+equal inputs write alike. A list of floats is pickled: orjson's shortest decimal form of each is
+slower. The key is built in two parts:
 
 - ``written_inputs``: the inputs. An array, or a dict of arrays (every v2 and gRPC request), is
   written as its dtype, shape and bytes: numpy's own pickling of an array takes microseconds
@@ -32,6 +36,7 @@ from hashlib import blake2b
 from typing import Any
 
 import numpy as np
+import orjson
 
 DIGEST_ABOVE = 4096
 """Keys longer than this are replaced by their 32-byte digest."""
@@ -85,6 +90,15 @@ def sighting(inputs: object) -> int | None:
         array: Any = inputs
         if not array.dtype.hasobject:
             return hash(array.tobytes())
+    elif kind is list:
+        first: object = inputs
+        while type(first) is list and first:
+            first = first[0]
+        if type(first) is not float:  # orjson writes floats more slowly than pickle (1.6 µs to 1.3 for 64)
+            try:
+                return hash(orjson.dumps(inputs))
+            except orjson.JSONEncodeError:  # beyond JSON's types (an array inside, a huge integer): pickled
+                pass
     written = written_inputs(inputs)
     return None if written is None else hash(written)
 

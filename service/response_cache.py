@@ -18,7 +18,7 @@ that a route needs no code of its own for it. An entry's key is:
 What is cached is the encoder's own product, the answer's body, so a hit is byte-identical to
 the answer it repeats. Off (``response_cache_mb = 0``), no request builds a key.
 
-For a cheap model (a call under ``DOORKEEPER_UNDER_MS``, service/frontdoor.py) a request is
+For a cheap model (a call under ``DOORKEEPER_UNDER_MS``, service/cache_look.py) a request is
 kept only once it is seen again (the ``Doorkeeper``, TinyLFU's): the first request of its inputs
 only leaves a mark, the second is kept, the third and later hit. A dearer model's are kept at once. Traffic
 without repeats then costs the cache one look at the mark a request, no key, no entry: it

@@ -59,7 +59,7 @@ def uncounted_door(door: FrontDoor) -> FrontDoor:
     (a warm request must reach the model) and no priorities."""
     twin = FrontDoor(door.host, cast(Metrics, Uncounted()), Activity())
     twin._served = door._served  # the door's own records, shared on purpose
-    twin.cache = None
+    twin.cache_look = None
     twin.priorities = Priorities()
     return twin
 

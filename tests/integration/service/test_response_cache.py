@@ -53,9 +53,9 @@ def test_a_bad_priority_header_is_a_400(cached, path):
 def test_a_dear_models_answer_is_kept_at_its_first_sighting(cached, monkeypatch):
     """The doorkeeper only guards cheap models: under a bar that digits' 1 ms floor meets, the
     first request of its inputs is kept and the second hits."""
-    from inferpool.service import frontdoor
+    from inferpool.service import cache_look
 
-    monkeypatch.setattr(frontdoor, "DOORKEEPER_UNDER_MS", 1)
+    monkeypatch.setattr(cache_look, "DOORKEEPER_UNDER_MS", 1)
     body = orjson.dumps({"inputs": np.full((1, 8, 8), 3.0).tolist()})
     hits, misses = _counts(cached)
     first, second = (cached.post("/predict", content=body) for _ in range(2))

@@ -225,17 +225,21 @@ def test_lane_cpu_feeds_resnet_bodies_in_socket_sized_pieces(capsys):
 
 
 @pytest.mark.parametrize("traffic", ["miss", "hit"])
-def test_cache_cpu_measures_each_size_against_the_cache_off(traffic, capsys):
+def test_cache_cpu_measures_each_size_and_way_of_looking_against_the_cache_off(traffic, capsys):
     args = ["--traffic", traffic, "--cache-mb", "0", "0.05", "--rounds", "2", "--connections", "2", "--wakeups", "5"]
     found = bench.runner("cache_cpu")([*args, "--hot", "4"])
     assert isinstance(found, dict)
-    assert set(found) == {0.0, 0.05}
+    assert [(setup.megabytes, setup.looks) for setup in found] == [(0.0, ""), (0.05, "sampled"), (0.05, "every")]
     assert all(len(spent) == 2 and min(spent) > 0 for spent in found.values())
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith(f"{traffic}, v2-json, cache off: CPU per request median")
-    assert "MB: CPU per request median" in lines[1]
-    assert "x off; " in lines[1]
-    assert lines[1].endswith("µs, paired by round)")
+    for line, looks in zip(lines[1:], ("sampled", "every"), strict=True):
+        assert f"MB, {looks} looks: CPU per request median" in line
+        assert "x off; " in line
+        assert line.endswith("µs, paired by round)")
+    from inferpool.service import cache_sampling
+
+    assert cache_sampling.QUIET == 4096  # held off for the rounds that look at every request only
 
 
 def test_app_cpu_and_engine_request_also_run_as_files_against_a_checkout():

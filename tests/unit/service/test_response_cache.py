@@ -4,15 +4,18 @@ and many threads at once."""
 
 from __future__ import annotations
 
+import copy
 import threading
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import orjson
+import pytest
 
+from inferpool.service import request_digest as digests
+from inferpool.service.cache_look import CacheLook
 from inferpool.service.cache_sampling import EVERY, QUIET, LookSampler
-from inferpool.service.frontdoor import FrontDoor
 from inferpool.service.request_digest import request_digest, written_inputs
 from inferpool.service.response_cache import MB, Doorkeeper, ResponseCache, size_of
 from inferpool.service.v2.codec import parse_request
@@ -59,18 +62,17 @@ def test_replacing_an_entry_counts_its_bytes_once():
 
 
 def test_no_answer_crosses_models_versions_or_routes():
-    """The front door gives each (model version's record, route's encoder) its own four bytes."""
-    door = FrontDoor.__new__(FrontDoor)  # only its key prefixes: no host, no models
-    door._key_prefixes = {}
+    """The front door's look gives each (model version's record, route's encoder) its own four bytes."""
+    look = CacheLook(ResponseCache(1000))
     version_1: Any = object()  # two versions' records of one model name
     version_2: Any = object()
     predict: Any = lambda *_: b"{}"  # noqa: E731 -- two routes' encoders
     v2: Any = lambda *_: b"[]"  # noqa: E731
 
-    prefixes = [door._key_prefix(served, route) for served in (version_1, version_2) for route in (predict, v2)]
+    prefixes = [look.key_prefix(served, route) for served in (version_1, version_2) for route in (predict, v2)]
     assert len(set(prefixes)) == 4
     assert all(len(prefix) == 4 for prefix in prefixes)
-    assert door._key_prefix(version_1, v2) == prefixes[1]  # and the same one every time
+    assert look.key_prefix(version_1, v2) == prefixes[1]  # and the same one every time
     cache = ResponseCache(1000)
     cache.put(prefixes[0] + b"a", b"one")
     assert all(cache.get(prefix + b"a") is None for prefix in prefixes[1:])
@@ -247,3 +249,65 @@ def test_the_look_sampler_looks_at_one_in_every_few_after_quiet_misses_until_a_h
     sampler.hit()
     assert not sampler.sampling
     assert not any(sampler.skips() for _ in range(EVERY))
+
+
+def test_the_sampler_skips_the_same_share_whatever_the_looks_found():
+    """A look that found nothing to count (inputs it cannot write, say) still moves the turn on."""
+    sampler = LookSampler()
+    for _ in range(QUIET):
+        sampler.missed()
+    assert [sampler.skips() for _ in range(2 * EVERY)] == ([False] + [True] * (EVERY - 1)) * 2
+
+
+@dataclass(eq=False)
+class _Served:
+    """What ``CacheLook.look`` reads of a front door's record (service/frontdoor.py: Served)."""
+
+    model: Any
+    sampler: LookSampler
+
+
+class _Tally:
+    def __init__(self) -> None:
+        self.count = 0
+
+    def add(self) -> None:
+        self.count += 1
+
+
+@pytest.mark.parametrize(("floor_ms", "kept_at"), [(1, "second"), (5, "first")])
+def test_a_dear_model_is_looked_at_every_time_and_a_cheap_one_sampled(floor_ms, kept_at):
+    """A model whose call is 2 ms or more never samples (a miss there is a whole call); one
+    cheaper keeps a request from its second sighting and samples once nothing hits."""
+    look = CacheLook(ResponseCache(MB))
+    served: Any = _Served(type("Model", (), {"deadline_floor_ms": floor_ms})(), LookSampler())
+    tallies: Any = type("Tallies", (), {"hit": _Tally(), "miss": _Tally()})()
+    same = {"x": np.ones(3, dtype=np.float32)}
+    key, found = look.look(served, tallies, same, repr, None)
+    assert found is None
+    assert (key is None) == (kept_at == "second")
+    if key is not None:
+        look.keep(key, b"answer")
+    else:
+        key, _ = look.look(served, tallies, same, repr, None)  # the second sighting builds the key
+        assert key is not None
+        look.keep(key, b"answer")
+    assert look.look(served, tallies, {"x": np.ones(3, dtype=np.float32)}, repr, None) == (key, b"answer")
+    assert tallies.hit.count == 1
+    for value in range(QUIET + 1):
+        look.look(served, tallies, {"x": np.full(3, value + 2.0, dtype=np.float32)}, repr, None)
+    assert served.sampler.sampling == (kept_at == "second")
+
+
+def test_equal_inputs_are_sighted_alike_in_every_form():
+    """The doorkeeper's hash: JSON's lists (written by orjson), arrays and dicts of them, and what
+    orjson cannot write (pickled instead)."""
+    forms = [
+        [[1, 2.5], [3, 4]], [["a b", "c"]], np.arange(4, dtype=np.float32), {"x": np.ones(2)},
+        [np.ones(2)], [2**70], ("a", 1),
+    ]  # fmt: skip
+    for form in forms:
+        assert digests.sighting(form) is not None
+        assert digests.sighting(form) == digests.sighting(copy.deepcopy(form))
+    assert digests.sighting([[1, 2.5], [3, 4]]) != digests.sighting([[1, 2.5], [3, 5]])
+    assert digests.sighting(Opaque(lambda: 1)) is None
