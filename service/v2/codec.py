@@ -38,6 +38,7 @@ from inferpool.service.v2.datatypes import (
     timeout_ms,
     v2_type,
 )
+from inferpool.service.v2.flat_floats import flat_floats
 
 HEADER_LENGTH = "inference-header-content-length"
 VERSION = "1"  # the version of the config's models; a repository's have their folders' numbers
@@ -212,7 +213,11 @@ def _input(
         return name, array.reshape(shape), offset + size
     if "data" not in tensor:
         raise bad(f"input '{name}' has neither 'data' nor a binary_data_size parameter")
-    array = _json_data(name, tensor["data"], datatype, booleans)
+    data = tensor["data"]
+    # The common FP32 list in one C call (service/v2/flat_floats.py); anything else, or anything
+    # it cannot take, the general way, which also words the 400 of a bad one.
+    packed = None if booleans else flat_floats(data, datatype, numel)
+    array = _json_data(name, data, datatype, booleans) if packed is None else packed
     if array.size != numel:
         raise bad(f"input '{name}': shape {shape} needs {numel} values, data has {array.size}")
     return name, array.reshape(shape), offset
