@@ -39,6 +39,7 @@ from inferpool.service.v2.datatypes import (
     v2_type,
 )
 from inferpool.service.v2.flat_floats import flat_floats
+from inferpool.service.v2.json_answer import json_answer
 
 HEADER_LENGTH = "inference-header-content-length"
 VERSION = "1"  # the version of the config's models; a repository's have their folders' numbers
@@ -91,7 +92,9 @@ def parse_request(
         raise bad('inference request must be a JSON object with an "inputs" list')
     parameters = _object(header["parameters"], "parameters") if "parameters" in header else {}
     offset, inputs = json_end, {}
-    booleans = may_hold_boolean(body, json_end)  # service/http/json_booleans.py says why
+    # service/http/json_booleans.py says why; its first test inline (not on the lane's buffer of a
+    # binary body, a memoryview, whose ``in`` compares items), as most bodies end there, without a call.
+    booleans = (type(body) is memoryview or b"r" in body or b"l" in body) and may_hold_boolean(body, json_end)
     for tensor in header["inputs"]:
         name, array, offset = _input(_object(tensor, "each input"), body, offset, expected or {}, booleans)
         if name in inputs:
@@ -318,6 +321,10 @@ def encode_response(
 ) -> tuple[bytes, int | None]:
     """(body, JSON header length or None when nothing is binary)."""
     wanted = request.outputs
+    if wanted is None and not request.binary_output and request.id is None:
+        common = json_answer(model, version, outputs)  # the same bytes, from pieces made once
+        if common is not None:
+            return common, None
     if wanted is None:
         wanted = dict.fromkeys(outputs, request.binary_output)
     elif not wanted.keys() <= outputs.keys():
