@@ -1,4 +1,4 @@
-"""The v2 JSON codec's packed decode of a flat list of numbers (service/v2/flat_floats.py) gives
+"""The v2 JSON codec's packed decode of a flat list of numbers (service/v2/json_data.py) gives
 what numpy's general way gives, and leaves to it everything that way refuses, so that a bad
 request's 400 says the same either way."""
 
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from inferpool.service.apierror import ApiError
-from inferpool.service.v2.codec import _json_data, parse_request
+from inferpool.service.v2.codec import parse_request
 from inferpool.service.v2.datatypes import TensorMeta
-from inferpool.service.v2.flat_floats import flat_floats
+from inferpool.service.v2.json_data import _general, flat_floats
 
 EXPECTED = {"image": TensorMeta("FP32", (-1, 1, 8, 8))}
 VALUES: list[list[object]] = [
@@ -28,7 +28,7 @@ VALUES: list[list[object]] = [
 @pytest.mark.parametrize("datatype", ["FP32", "FP64"])
 def test_packed_values_are_numpys(values, datatype):
     packed = flat_floats(values, datatype, len(values))
-    general = _json_data("image", values, datatype)
+    general = _general("image", values, datatype)
     assert packed is not None
     assert packed.dtype == general.dtype
     assert packed.flags.writeable
