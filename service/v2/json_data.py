@@ -52,7 +52,7 @@ def flat_floats(data: object, datatype: str, count: int) -> Array | None:
         if len(_packers) >= _MOST_PACKERS * len(_FORMATS):
             _packers.clear()  # a client sending ever new lengths: no table grows without bound
         packer = _packers[datatype, count] = struct.Struct(f"<{count}{_FORMATS[datatype]}")
-    array: Array = np.empty(count, dtype=np.float32 if datatype == "FP32" else np.float64)
+    array: Array = np.empty(count, dtype=LITTLE[datatype])  # little-endian, as the packer writes
     try:
         packer.pack_into(array.data, 0, *data)
     except (struct.error, OverflowError, TypeError):  # not a number, or beyond the type's range
