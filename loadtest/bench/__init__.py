@@ -55,6 +55,9 @@ CASES: dict[str, Case] = {
     "codec": Case("wire", "v2 binary vs JSON: server-side decode + encode, and end to end on a server"),
     "metrics": Case("metrics_cost", "GIL cost of the per-request metrics calls, old prometheus objects vs slots"),
     "http_cpu": Case("http_cpu", "server tree CPU µs per request at 64 connections, no-flag server, A/B of checkouts"),
+    "lone": Case(
+        "lone_request", "one connection, a request at a time: v2 JSON against /predict, wall and tree CPU, A/B"
+    ),
     "fronts": Case(
         "http_cpu", "CPU µs per /predict request: bare handler under uvicorn, a plain protocol, granian", "fronts"
     ),

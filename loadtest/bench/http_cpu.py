@@ -121,12 +121,32 @@ def idle_cpu(server: Server) -> float:
     return _idle[pid]
 
 
-def http_cpu_parser() -> argparse.ArgumentParser:
-    parser = case_parser("http_cpu", __doc__)
+def checkout_option(parser: argparse.ArgumentParser) -> None:
+    """``--checkout NAME=PATH``, repeatable: the trees whose servers a case compares."""
     parser.add_argument(
         "--checkout", action="append", default=[], metavar="NAME=PATH",
         help="a tree to serve from (PYTHONPATH=PATH); repeat for an A/B; default: this checkout",
     )  # fmt: skip
+
+
+def serve_checkouts(
+    stack: ExitStack, checkouts: list[str], scratch: Path, profile: Path | None = None
+) -> dict[str, Server]:
+    """A no-flag server for each ``--checkout`` (this checkout without one), all at once, stopped
+    with ``stack``."""
+    servers = {}
+    for name, path in (dict(item.split("=", 1) for item in checkouts) or {"this": str(ROOT)}).items():
+        command, env = serve_command(profile, name)
+        env["PYTHONPATH"] = str(Path(path).resolve())
+        # Started outside every checkout: ``python -m`` puts its working directory first on the
+        # path, so from a checkout's root every server would import that checkout's inferpool.
+        servers[name] = stack.enter_context(launch(command, name=name, env=env, cwd=scratch))
+    return servers
+
+
+def http_cpu_parser() -> argparse.ArgumentParser:
+    parser = case_parser("http_cpu", __doc__)
+    checkout_option(parser)
     parser.add_argument("--body", action="append", choices=sorted(BODIES), help="default: both")
     parser.add_argument("--requests", type=int, default=20_000, help="answers per run")
     parser.add_argument("--warmup", type=int, default=3_000, help="answers before each run, not measured")
@@ -227,18 +247,11 @@ def fronts(argv: list[str] | None = None) -> dict[str, list[float]]:
 def http_cpu(argv: list[str] | None = None) -> dict[str, dict[str, list[float]]]:
     """CPU µs per request of each round, by body and checkout."""
     args = http_cpu_parser().parse_args(argv)
-    checkouts = dict(item.split("=", 1) for item in args.checkout) or {"this": str(ROOT)}
     bodies = {name: BODIES[name]() for name in args.body or BODIES}
-    found: dict[str, dict[str, list[float]]] = {body: {name: [] for name in checkouts} for body in bodies}
     print(f"load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     with ExitStack() as stack, tempfile.TemporaryDirectory() as scratch:
-        servers = {}
-        for name, path in checkouts.items():
-            command, env = serve_command(args.profile, name)
-            env["PYTHONPATH"] = str(Path(path).resolve())
-            # Started outside every checkout: ``python -m`` puts its working directory first on the
-            # path, so from a checkout's root every server would import that checkout's inferpool.
-            servers[name] = stack.enter_context(launch(command, name=name, env=env, cwd=Path(scratch)))
+        servers = serve_checkouts(stack, args.checkout, Path(scratch), args.profile)
+        found: dict[str, dict[str, list[float]]] = {body: {name: [] for name in servers} for body in bodies}
         scripts = {
             (body, count): lua_script(payload, count, Path(scratch))
             for body, payload in bodies.items()
@@ -254,12 +267,19 @@ def http_cpu(argv: list[str] | None = None) -> dict[str, dict[str, list[float]]]
                     us = cpu_us_per_request(*run, scripts[body, args.requests], args.connections, args.max_seconds)
                     found[body][name].append(us)
                     print(f"round {round_ + 1} {body:8s} {name:10s} {us:7.1f} µs/request", flush=True)
-    print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    print(f"server tree CPU µs per request, {args.connections} connections, median (min-max) of {args.rounds} rounds:")
-    for body, rows in found.items():
-        for name, values in rows.items():
-            print(f"  {body:8s} {name:10s} {statistics.median(values):7.1f} ({min(values):.1f}-{max(values):.1f})")
+    print_medians(
+        f"server tree CPU µs per request, {args.connections} connections, median (min-max) of {args.rounds} rounds:",
+        {f"{body:8s} {name:10s}": values for body, rows in found.items() for name, values in rows.items()},
+    )
     if args.profile is not None:
-        for name in checkouts:
+        for name in servers:
             print_profile(args.profile / name, name, args.top)
     return found
+
+
+def print_medians(title: str, figures: dict[str, list[float]]) -> None:
+    """The load average, ``title``, then each figure's median (min-max) over its rounds, a line each."""
+    print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(title)
+    for label, values in figures.items():
+        print(f"  {label} {statistics.median(values):7.1f} ({min(values):.1f}-{max(values):.1f})")

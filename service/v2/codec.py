@@ -23,10 +23,9 @@ import numpy as np
 import orjson
 
 from inferpool.engine.client import Array, Handler, Schema
-from inferpool.service.http.json_booleans import may_hold_boolean, mixes_booleans
+from inferpool.service.http.json_booleans import may_hold_boolean
 from inferpool.service.v2.datatypes import (
     DATATYPES,
-    INT_RANGES,
     LITTLE,
     V2_TYPES,
     TensorMeta,
@@ -38,15 +37,11 @@ from inferpool.service.v2.datatypes import (
     timeout_ms,
     v2_type,
 )
+from inferpool.service.v2.json_answer import json_answer
+from inferpool.service.v2.json_data import json_data
 
 HEADER_LENGTH = "inference-header-content-length"
 VERSION = "1"  # the version of the config's models; a repository's have their folders' numbers
-# The kinds of JSON data (as numpy infers them) each datatype's kind takes: JSON numbers widen
-# to floats, but nothing else is cast (Triton refuses true for FP32 and 1.5 for INT64 alike).
-_JSON_KINDS = {"f": "fiu", "i": "iu", "u": "iu", "b": "b"}
-_JSON_NAMES = {"f": "numbers", "i": "integers", "u": "non-negative integers", "b": "booleans"}
-# orjson reads integers beyond 64 bits as floats, hence "or beyond 64 bits".
-_LEAF_KINDS = {"b": "booleans", "f": "numbers with a fraction, an exponent or beyond 64 bits", "i": "integers"}
 _JSON_TYPES = {
     bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list", dict: "an object",
 }  # fmt: skip
@@ -90,7 +85,9 @@ def parse_request(
         raise bad('inference request must be a JSON object with an "inputs" list')
     parameters = _object(header["parameters"], "parameters") if "parameters" in header else {}
     offset, inputs = json_end, {}
-    booleans = may_hold_boolean(body, json_end)  # service/http/json_booleans.py says why
+    # service/http/json_booleans.py says why; its first test inline (not on the lane's buffer of a
+    # binary body, a memoryview, whose ``in`` compares items), as most bodies end there, without a call.
+    booleans = (type(body) is memoryview or b"r" in body or b"l" in body) and may_hold_boolean(body, json_end)
     for tensor in header["inputs"]:
         name, array, offset = _input(_object(tensor, "each input"), body, offset, expected or {}, booleans)
         if name in inputs:
@@ -212,7 +209,7 @@ def _input(
         return name, array.reshape(shape), offset + size
     if "data" not in tensor:
         raise bad(f"input '{name}' has neither 'data' nor a binary_data_size parameter")
-    array = _json_data(name, tensor["data"], datatype, booleans)
+    array = json_data(name, tensor["data"], datatype, numel, booleans)
     if array.size != numel:
         raise bad(f"input '{name}': shape {shape} needs {numel} values, data has {array.size}")
     return name, array.reshape(shape), offset
@@ -223,48 +220,6 @@ def _binary_data_size(name: str, tensor: Mapping[str, Any]) -> object:
     if "parameters" not in tensor:  # the common JSON input: no message to format
         return None
     return _object(tensor["parameters"], f"input '{name}' parameters").get("binary_data_size")
-
-
-def _json_data(name: str, data: object, datatype: str, booleans: bool = True) -> Array:
-    """JSON ``data`` (flat or nested) as a ``datatype`` array, refusing values of another
-    JSON type (true for FP32, 1.5 for INT64, null, strings) instead of casting them;
-    ``booleans``: the request may hold a true or false (only then are numbers checked for one)."""
-    dtype = LITTLE[datatype]
-    try:
-        array = np.asarray(data)  # its inferred kind says what JSON types the leaves were
-    except (ValueError, TypeError, OverflowError) as exc:
-        raise bad(f"input '{name}': data is not a rectangular list of {datatype} values ({exc})") from None
-    if array.size and array.dtype.kind not in _JSON_KINDS[dtype.kind]:
-        raise bad(f"input '{name}': {datatype} data must be JSON {_JSON_NAMES[dtype.kind]}; got {_leaves(array)}")
-    if booleans and dtype.kind != "b" and array.dtype.kind in "fiu" and mixes_booleans(data):
-        raise bad(f"input '{name}': {datatype} data must be JSON {_JSON_NAMES[dtype.kind]}; got true/false among them")
-    if dtype.kind in "iu":
-        if array.size:
-            low, high = INT_RANGES[datatype]
-            if array.min() < low or array.max() > high:
-                raise bad(f"input '{name}': data has values out of range for {datatype} [{low}, {high}]")
-        return array.astype(dtype, copy=False)  # in range: exact
-    if not _may_overflow(array.dtype, dtype):
-        return array.astype(dtype, copy=False)
-    try:
-        with np.errstate(over="raise"):
-            return array.astype(dtype, copy=False)
-    except FloatingPointError:
-        raise bad(f"input '{name}': data has values out of range for {datatype}") from None
-
-
-def _may_overflow(source: np.dtype[Any], target: np.dtype[Any]) -> bool:
-    """Whether casting numbers of ``source`` (as numpy read JSON data: bool, int64, uint64,
-    float64) to the float or bool ``target`` can overflow: to a narrower float, or integers to
-    float16. Only then is the cast made under ``np.errstate`` (~2 µs a request)."""
-    if target.kind != "f":
-        return False
-    return target.itemsize < source.itemsize if source.kind == "f" else target.itemsize == 2
-
-
-def _leaves(array: Array) -> str:
-    """What JSON data numpy inferred ``array`` from, for messages."""
-    return _LEAF_KINDS.get(array.dtype.kind.replace("u", "i"), "nulls, strings, mixed values or numbers out of range")
 
 
 def _bytes_input(
@@ -313,6 +268,10 @@ def encode_response(
 ) -> tuple[bytes, int | None]:
     """(body, JSON header length or None when nothing is binary)."""
     wanted = request.outputs
+    if wanted is None and not request.binary_output and request.id is None:
+        common = json_answer(model, version, outputs)  # the same bytes, from pieces made once
+        if common is not None:
+            return common, None
     if wanted is None:
         wanted = dict.fromkeys(outputs, request.binary_output)
     elif not wanted.keys() <= outputs.keys():

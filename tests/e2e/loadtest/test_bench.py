@@ -67,6 +67,17 @@ def test_codec_end_to_end_on_a_server():
     assert all(row["codec_us"] > 0 and row["p50_ms"] > 0 for row in figures.values())
 
 
+def test_lone_pairs_v2_and_predict_on_one_connection():
+    found = bench.runner("lone")(["--requests", "20", "--warmup", "5", "--rounds", "1"])
+    assert isinstance(found, dict)
+    (figures,) = found.values()
+    assert set(figures) == {"paired gap", "v2 wall", "v2 cpu", "predict wall", "predict cpu"}
+    for body in ("v2", "predict"):
+        (wall,), (cpu,) = figures[f"{body} wall"], figures[f"{body} cpu"]
+        assert cpu > 0
+        assert 0 < wall < 1e6
+
+
 def test_grpc_gives_every_protocol_and_floor_at_1_and_8_callers():
     # A process of its own: the case pins its caller to CPU 1 and starts echo servers with -m.
     rows = _table(_bench("grpc", "--seconds", "0.5", "--rounds", "1"))

@@ -31,6 +31,7 @@ FAMILIES = {
     "lane_cpu": {"lane_cpu"},
     "cache_cpu": {"cache_cpu"},
     "http_cpu": {"http_cpu", "fronts"},
+    "lone_request": {"lone"},
     "wire": {"codec", "embeddings"},
     "metrics_cost": {"metrics"},
     "observability": {"door_cost", "observe"},
