@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
 
@@ -36,6 +37,7 @@ def test_a_gone_process_has_no_usage():
 def test_supervised_tree_is_the_parent_and_its_children():
     # This test process plays the supervisor: its children are the serving processes.
     code = "from inferpool.service.telemetry.process_usage import tree; print(tree(True))"
+    earlier = _children()  # of other tests (multiprocessing's resource tracker after a spawn)
     sibling = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -44,9 +46,14 @@ def test_supervised_tree_is_the_parent_and_its_children():
         sibling.wait()
     found = ast.literal_eval(out)
     assert found[0] == ("supervisor", os.getpid())
-    serving = {pid for role, pid in found if role == "serving"}
+    serving = {pid for role, pid in found if role == "serving"} - earlier
     assert sibling.pid in serving
     assert len(serving) == 2  # the sibling and the process that asked
+
+
+def _children() -> set[int]:
+    tasks = Path(f"/proc/{os.getpid()}/task")
+    return {int(pid) for task in tasks.iterdir() for pid in (task / "children").read_text().split()}
 
 
 def test_unsupervised_tree_is_this_process():
