@@ -43,7 +43,7 @@ from inferpool.service.errors import ErrorAnswer, answer_for, unexpected
 from inferpool.service.frontdoor import Activity, Looked, Served, request_ids
 from inferpool.service.http.body_buffer import SMALLEST, BodyBuffers, LaneBody
 from inferpool.service.http.codec import Disconnected
-from inferpool.service.http.lane_routes import Decoded, LaneRoute, refused
+from inferpool.service.http.lane_routes import Decoded, LaneRoute, RouteTable, refused
 from inferpool.service.http.middleware import SERIAL
 from inferpool.service.http.rawasgi import JSON, Answer, error_headers, server_timing
 from inferpool.service.inline_together import Answered, Together
@@ -117,7 +117,7 @@ class Lane:
     """Takes plain requests for its routes off the ASGI path, and answers them."""
 
     def __init__(
-        self, routes: list[LaneRoute], activity: Activity, metrics: Metrics, max_body_bytes: int,
+        self, routes: RouteTable, activity: Activity, metrics: Metrics, max_body_bytes: int,
         auth: ApiKey | None, cors: bool,
     ) -> None:  # fmt: skip
         self.routes = routes
@@ -143,12 +143,10 @@ class Lane:
         if parser.get_method() != b"POST" or protocol.root_path or parser.should_upgrade():
             return None
         url = protocol.url
-        for route in self.routes:
-            found = route.path.fullmatch(url)
-            if found is not None:
-                break
-        else:
+        matched = self.routes.match(url)
+        if matched is None:
             return None
+        route, found = matched
         headers = dict(reversed(protocol.headers))
         length = headers.get(b"content-length")
         if length is None or not length.isdigit() or len(length) > 9 or int(length) > self.max_body:

@@ -16,12 +16,13 @@ from starlette.types import Receive, Scope
 
 from inferpool.engine.client import EngineClient, request_id
 from inferpool.service.errors import ERROR_RESPONSES
-from inferpool.service.frontdoor import Served
+from inferpool.service.frontdoor import FrontDoor, Served
 from inferpool.service.http.codec import json_response, read_body
 from inferpool.service.http.deps import DoorDep, host_of
 from inferpool.service.http.fastpath import documentation_only
-from inferpool.service.http.lane_routes import Decoded
+from inferpool.service.http.lane_routes import MOST_PATHS, Decoded
 from inferpool.service.http.rawasgi import BINARY, JSON, Answer, RawRoute, request_headers, timed
+from inferpool.service.telemetry.logs import model_served
 from inferpool.service.timing import TIMEOUT_HEADER
 from inferpool.service.v2.codec import HEADER_LENGTH, InferRequest, encode_response, parse_request
 
@@ -127,16 +128,40 @@ class Infer(RawRoute):
         )  # fmt: skip
         return _answer(answer, timed(scope, inference))
 
+    def __init__(self, door: FrontDoor) -> None:
+        super().__init__(door)
+        self._by_path: dict[bytes, tuple[object, Served]] = {}
+        """The lane's paths -> the host's model set when resolved, and the model resolved."""
+
     def decode(
         self, found: re.Match[bytes], request_body: bytearray | memoryview, headers: dict[bytes, bytes]
     ) -> Decoded:
         """The lane's: the model and version its path names, and the body parsed as ``answer`` parses it."""
-        version = found.group(2)
-        served = self.door.resolve(found.group(1).decode(), None if version is None else version.decode())
+        served = self._resolved(found)
         request = _parsed(served, request_body, headers)
         priority = request.parameters.get("priority")
         timeout = headers.get(TIMEOUT_HEADER)
         return Decoded(served, request.inputs, _encode, request, timeout, request.timeout_ms, priority)
+
+    def _resolved(self, found: re.Match[bytes]) -> Served:
+        """``door.resolve`` of the model and version the lane's path names, kept by path for as
+        long as the host serves the same model set (its ``models`` the same dict: a load or an
+        unload makes a new one), as the lane keeps the path's match: no decoding and no look-ups
+        of the host's. Still NotReady while the host is not serving, still labelling the request."""
+        host = self.door.host
+        kept = self._by_path.get(found.string)
+        if kept is not None and kept[0] is host.models:
+            host.serving()
+            served = kept[1]
+            model_served.set(served.labels)
+            return served
+        version = found.group(2)
+        models = host.models  # before resolving: a set made meanwhile is then never taken for this one
+        served = self.door.resolve(found.group(1).decode(), None if version is None else version.decode())
+        if len(self._by_path) >= MOST_PATHS:
+            self._by_path.clear()
+        self._by_path[found.string] = models, served
+        return served
 
     def data_offset(self, headers: dict[bytes, bytes], length: int) -> int | None:
         """The lane's: the binary data follows the JSON header, whose length its header gives (one

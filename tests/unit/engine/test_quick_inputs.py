@@ -122,3 +122,14 @@ def test_values_whose_squares_overflow_are_left_to_the_general_check_without_a_w
         warnings.simplefilter("error")  # numpy's RuntimeWarning would raise here
         assert quick([[[value, 0.0], [0.0, 1.0]]]) is None
         assert quick(np.full((1, 1, 2, 2), value)) is None
+
+
+def test_a_float32_array_whose_squares_overflow_float32_is_left_to_the_general_check_without_a_warning():
+    quick = QuickInputs.of(SCHEMA)
+    assert quick is not None
+    value = np.full((1, 1, 2, 2), 1e20, np.float32)  # in range, but its square is not a float32
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert quick(value) is None
+    arrays, _ = general(value, strict=True)  # type: ignore[misc]
+    np.testing.assert_array_equal(arrays["image"], value)
