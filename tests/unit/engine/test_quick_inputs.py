@@ -9,6 +9,7 @@ import warnings
 import numpy as np
 import pytest
 
+from inferpool.engine import schema
 from inferpool.engine.errors import InvalidInput
 from inferpool.engine.schema import QuickInputs, Schema, TensorSpec, positional
 
@@ -133,3 +134,15 @@ def test_a_float32_array_whose_squares_overflow_float32_is_left_to_the_general_c
         assert quick(value) is None
     arrays, _ = general(value, strict=True)  # type: ignore[misc]
     np.testing.assert_array_equal(arrays["image"], value)
+
+
+def test_an_overflow_warning_turned_error_leaves_the_request_to_the_general_check(monkeypatch):
+    """Should a numpy ever warn on vdot's overflow (it does on dot's), -W error makes it raise."""
+
+    def warns(*_: object) -> float:
+        raise RuntimeWarning("overflow encountered in vdot")
+
+    monkeypatch.setattr(schema, "_squares", warns)
+    quick = QuickInputs.of(SCHEMA)
+    assert quick is not None
+    assert quick(ONE) is None
