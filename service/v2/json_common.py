@@ -40,8 +40,8 @@ def common_inputs(tensors: list[object], expected: Mapping[str, TensorMeta]) -> 
                 return None
         if not meta.fits(shape):
             return None
-        packed = flat_floats(tensor["data"], meta.datatype, math.prod(shape))
+        packed = flat_floats(tensor["data"], meta.datatype, math.prod(shape), shape)
         if packed is None:
             return None
-        inputs[name] = packed.reshape(shape)
+        inputs[name] = packed
     return inputs

@@ -41,10 +41,11 @@ _MOST_PACKERS = 64
 _packers: dict[tuple[str, int], struct.Struct] = {}
 
 
-def flat_floats(data: object, datatype: str, count: int) -> Array | None:
-    """``data`` as a flat array of ``count`` values of ``datatype``, or None when it is not a flat
-    list of that many JSON numbers within the type's range (or the datatype is not packed here):
-    the caller's general way then decodes it, or says what is wrong with it."""
+def flat_floats(data: object, datatype: str, count: int, shape: list[int] | None = None) -> Array | None:
+    """``data`` as an array of ``count`` values of ``datatype`` (flat, or of ``shape``, which holds
+    ``count``: made in that shape, not reshaped after), or None when it is not a flat list of that
+    many JSON numbers within the type's range (or the datatype is not packed here): the caller's
+    general way then decodes it, or says what is wrong with it."""
     if type(data) is not list or len(data) != count or datatype not in _FORMATS:
         return None
     packer = _packers.get((datatype, count))
@@ -52,9 +53,9 @@ def flat_floats(data: object, datatype: str, count: int) -> Array | None:
         if len(_packers) >= _MOST_PACKERS * len(_FORMATS):
             _packers.clear()  # a client sending ever new lengths: no table grows without bound
         packer = _packers[datatype, count] = struct.Struct(f"<{count}{_FORMATS[datatype]}")
-    array: Array = np.empty(count, dtype=LITTLE[datatype])  # little-endian, as the packer writes
+    array: Array = np.empty(count if shape is None else shape, dtype=LITTLE[datatype])  # little-endian, as packed
     try:
-        packer.pack_into(array.data, 0, *data)
+        packer.pack_into(array, 0, *data)  # the array's own buffer: C-contiguous, writable
     except (struct.error, OverflowError, TypeError):  # not a number, or beyond the type's range
         return None
     return array

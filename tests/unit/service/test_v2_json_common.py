@@ -29,6 +29,7 @@ TAKEN: dict[str, list[object]] = {
     "FP64, keys in another order": [WIDE],
     "two inputs": [IMAGE, WIDE],
     "the largest FP32": [IMAGE | {"data": [3.4028234663852886e38] * 64}],
+    "an empty batch": [WIDE | {"shape": [0, 3], "data": []}],
 }
 LEFT: dict[str, list[object]] = {
     "a shape of floats": [IMAGE | {"shape": [1.0, 1, 8, 8]}],
