@@ -55,7 +55,8 @@ def flat_floats(data: object, datatype: str, count: int, shape: list[int] | None
         packer = _packers[datatype, count] = struct.Struct(f"<{count}{_FORMATS[datatype]}")
     array: Array = np.empty(count if shape is None else shape, dtype=LITTLE[datatype])  # little-endian, as packed
     try:
-        packer.pack_into(array, 0, *data)  # the array's own buffer: C-contiguous, writable
+        # The array itself: numpy exports a writable C-contiguous buffer (its stubs do not say so).
+        packer.pack_into(array, 0, *data)  # type: ignore[arg-type]
     except (struct.error, OverflowError, TypeError):  # not a number, or beyond the type's range
         return None
     return array
