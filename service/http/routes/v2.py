@@ -111,6 +111,11 @@ class Infer(RawRoute):
     """The raw ASGI handler of both infer routes (service/http/fastpath.py says why and how), and
     the lane's (service/http/lane.py)."""
 
+    def __init__(self, door: FrontDoor) -> None:
+        super().__init__(door)
+        self._by_path: dict[bytes, tuple[object, Served]] = {}
+        """The lane's paths -> the host's model set when resolved, and the model resolved."""
+
     async def answer(self, scope: Scope, receive: Receive) -> Answer:
         door = self.door
         params = scope["path_params"]
@@ -127,11 +132,6 @@ class Infer(RawRoute):
             priority=request.parameters.get("priority"),
         )  # fmt: skip
         return _answer(answer, timed(scope, inference))
-
-    def __init__(self, door: FrontDoor) -> None:
-        super().__init__(door)
-        self._by_path: dict[bytes, tuple[object, Served]] = {}
-        """The lane's paths -> the host's model set when resolved, and the model resolved."""
 
     def decode(
         self, found: re.Match[bytes], request_body: bytearray | memoryview, headers: dict[bytes, bytes]
