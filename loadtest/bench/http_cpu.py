@@ -2,7 +2,7 @@
 
     python -m loadtest.bench http_cpu [--checkout NAME=PATH ...] [--requests 20000] [--rounds 5]
     python -m loadtest.bench http_cpu --serve off="--response-cache-mb 0" --serve on="--response-cache-mb 64" \
-        --body predict-new --connections 32 --rounds 20      # what a response cache miss costs
+        --body predict-new --connections 32 --warmup 5000 --rounds 20  # what a miss costs
 
 Starts ``inferpool serve`` with no flags (digits, the default model: every serving process the
 machine's CPUs give, and their supervisor) once per ``--checkout`` (a tree whose ``inferpool``

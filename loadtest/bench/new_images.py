@@ -1,9 +1,9 @@
 """wrk's Lua for ``POST /predict`` bodies that never repeat: every request a new digits image.
 
 A response cache sees each one once, so a run measures what a miss costs (``loadtest.bench
-http_cpu --body predict-new``). The image is written out by the script itself, from a serial:
-its first eight pixels are the serial's digits in base 17 (the pixel values 0..16), the rest a
-fixed pattern, so 17**8 (~7e9) requests go by before one repeats. Each script starts its serial
+http_cpu --body predict-new``). The script writes each 1x8x8 image itself, from a serial: its
+first eight pixels are the serial's digits in base 17 (the pixel values 0..16), the rest a fixed
+pattern, so 17**8 (~7e9) requests go by before one repeats. Each script starts its serial
 at its own ``first``: runs against the same server (warm-up, rounds) never repeat each other's
 images either, as long as each sends fewer than ``SERIALS_APART`` requests.
 """
@@ -29,7 +29,7 @@ request = function()
   end
   local rows = {{}}
   for row = 0, 7 do rows[row + 1] = "[" .. table.concat(pixels, ",", row * 8 + 1, row * 8 + 8) .. "]" end
-  return wrk.format(nil, nil, nil, '{{"inputs":[' .. table.concat(rows, ",") .. ']}}')
+  return wrk.format(nil, nil, nil, '{{"inputs":[[' .. table.concat(rows, ",") .. ']]}}')
 end
 """
 _firsts = itertools.count(0, SERIALS_APART)
