@@ -379,6 +379,7 @@ def test_http_cpu_new_images_script_makes_every_request_anew_from_its_own_serial
     assert STOPPED in first
     assert "answered == 500" in first
     assert 'wrk.headers["content-type"] = "application/json"' in first
+    assert """'{"inputs":[[' .. table.concat(rows, ",") .. ']]}'""" in first  # one 1x8x8 image, as /predict takes it
     starts = [int(text.split("local sent = ", 1)[1].split()[0]) for text in (first, second)]
     assert starts[1] - starts[0] == SERIALS_APART  # a later run never repeats an earlier one's images
     args = http_cpu_parser().parse_args(["--serve", "on=--response-cache-mb 64", "--body", "predict-new"])
