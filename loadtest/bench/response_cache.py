@@ -87,8 +87,11 @@ def response_cache(argv: list[str]) -> None:
     _, draw, _, count = WORKLOADS[args.workload]
     payloads = draw(args.requests or count)
     results: dict[str, list[tuple[Summary, float]]] = {"cache off": [], f"cache {args.cache_mb:g} MB": []}
-    for _ in range(args.rounds):
-        for label, megabytes in (("cache off", 0.0), (f"cache {args.cache_mb:g} MB", args.cache_mb)):
+    sizes = {"cache off": 0.0, f"cache {args.cache_mb:g} MB": args.cache_mb}
+    for round_ in range(args.rounds):
+        # The order flips every round: a server started right after another stopped meets a
+        # machine the first did not (the last one's exit, the caches it left), a bias of its own.
+        for label, megabytes in list(sizes.items())[:: 1 if round_ % 2 == 0 else -1]:
             results[label].append(_round(args, megabytes, payloads))
     print(
         f"{args.workload}: {args.connections} connections, {args.rounds} rounds of {args.seconds:g} s (median, spread)"

@@ -367,3 +367,21 @@ def test_a_profiled_serving_process_writes_its_profile_when_it_returns(tmp_path)
     assert profiled(serve, tmp_path)(3) == 3
     (written,) = tmp_path.glob("serving-*.prof")
     assert any(name == "serve" for _, _, name in pstats.Stats(str(written)).stats)  # type: ignore[attr-defined]
+
+
+def test_http_cpu_new_images_script_makes_every_request_anew_from_its_own_serial(tmp_path):
+    from inferpool.harness.payloads import digits_json
+    from loadtest.bench.http_cpu import STOPPED, http_cpu_parser, lua_script
+    from loadtest.bench.new_images import SERIALS_APART
+
+    first, second = (lua_script(digits_json(), 500, tmp_path, new_each_time=True).read_text() for _ in range(2))
+    assert "request = function()" in first
+    assert STOPPED in first
+    assert "answered == 500" in first
+    assert 'wrk.headers["content-type"] = "application/json"' in first
+    assert """'{"inputs":[[' .. table.concat(rows, ",") .. ']]}'""" in first  # one 1x8x8 image, as /predict takes it
+    starts = [int(text.split("local sent = ", 1)[1].split()[0]) for text in (first, second)]
+    assert starts[1] - starts[0] == SERIALS_APART  # a later run never repeats an earlier one's images
+    args = http_cpu_parser().parse_args(["--serve", "on=--response-cache-mb 64", "--body", "predict-new"])
+    assert args.serve == ["on=--response-cache-mb 64"]
+    assert args.body == ["predict-new"]
