@@ -32,6 +32,7 @@ from inferpool.service.v2.datatypes import (
     bad,
     bytes_array,
     check_meta,
+    dims,
     join_bytes,
     split_bytes,
     timeout_ms,
@@ -146,7 +147,7 @@ def _timeout_ms(parameters: Mapping[str, Any]) -> float | None:
 def whole_number(value: object) -> int | None:
     """A JSON integer as JSON Schema counts them (2500 and 2500.0 alike: the spec cannot tell
     them apart, and fuzzers send both), else None; never a boolean. Not for shapes: Triton
-    refuses 1.0 there, and so does ``_dims``."""
+    refuses 1.0 there, and so does ``dims``."""
     if _is_int(value):
         return value
     if isinstance(value, float) and value.is_integer():
@@ -156,19 +157,6 @@ def whole_number(value: object) -> int | None:
 
 def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)  # JSON true is not 1
-
-
-def _dims(shape: object) -> list[int] | None:
-    """A "shape" (as orjson parsed it) as non-negative ints, or None when it is not one."""
-    if not isinstance(shape, list):
-        return None
-    for value in shape:
-        # Integers as JSON writes them: 1.0 is refused, as Triton refuses it (the spec's
-        # integers, tests/e2e/service/test_fuzz.py, are generated and checked the same way).
-        # orjson makes exact ints (never a subclass but bool, which this refuses too).
-        if type(value) is not int or value < 0:
-            return None
-    return shape
 
 
 def _kind(value: object) -> str:
@@ -184,10 +172,10 @@ def _input(
         raise bad("each input needs a string 'name'")
     if not isinstance(datatype, str) or (datatype not in DATATYPES and datatype != "BYTES"):
         raise bad(f"input '{name}': datatype {datatype!r} is not supported; use one of {sorted([*DATATYPES, 'BYTES'])}")
-    dims = _dims(shape)
-    if dims is None:
+    shape_dims = dims(shape)
+    if shape_dims is None:
         raise bad(f"input '{name}': 'shape' must be a list of non-negative integers")
-    shape = dims
+    shape = shape_dims
     meta = expected.get(name)
     if meta is not None:
         check_meta(name, datatype, shape, meta)

@@ -79,6 +79,19 @@ class TensorMeta:
         return {t["name"]: cls(t["datatype"], tuple(t["shape"])) for t in tensors}
 
 
+def dims(shape: object) -> list[int] | None:
+    """A "shape" (as orjson parsed it) as non-negative ints, or None when it is not one."""
+    if not isinstance(shape, list):
+        return None
+    for value in shape:
+        # Integers as JSON writes them: 1.0 is refused, as Triton refuses it (the spec's
+        # integers, tests/e2e/service/test_fuzz.py, are generated and checked the same way).
+        # orjson makes exact ints (never a subclass but bool, which this refuses too).
+        if type(value) is not int or value < 0:
+            return None
+    return shape
+
+
 def check_meta(name: str, datatype: str, shape: list[int], meta: TensorMeta) -> None:
     if datatype != meta.datatype:
         raise bad(f"input '{name}': datatype {datatype} is not the model's; send {meta.datatype} (nothing is cast)")

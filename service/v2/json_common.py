@@ -3,7 +3,7 @@
 datatype and a shape that fits it, its data a flat list of that many JSON numbers in range.
 
 A lone request finds the interpreter's caches cold after the model's call, so each call and
-look-up the codec's general walk makes (``_input``, ``_dims``, ``check_meta``, ``json_data``...)
+look-up the codec's general walk makes (``_input``, ``check_meta``, ``json_data``...)
 costs more than in a warm loop. This takes the same checks inline, in one function, and gives
 None for anything else, or anything wrong: the general walk (service/v2/codec.py) then reads the
 request from the start and answers or refuses it in its own words. Nothing here has a side
@@ -16,7 +16,7 @@ import math
 from collections.abc import Mapping
 
 from inferpool.engine.client import Array
-from inferpool.service.v2.datatypes import TensorMeta
+from inferpool.service.v2.datatypes import TensorMeta, dims
 from inferpool.service.v2.json_data import flat_floats
 
 _FIELDS = 4
@@ -35,10 +35,7 @@ def common_inputs(tensors: list[object], expected: Mapping[str, TensorMeta]) -> 
         meta = expected.get(name)
         if meta is None or tensor.get("datatype") != meta.datatype or "data" not in tensor:
             return None
-        for size in shape:  # integers as JSON writes them, as the general walk's _dims takes them
-            if type(size) is not int or size < 0:
-                return None
-        if not meta.fits(shape):
+        if dims(shape) is None or not meta.fits(shape):  # the general walk's rule for a shape
             return None
         packed = flat_floats(tensor["data"], meta.datatype, math.prod(shape), shape)
         if packed is None:
