@@ -3,7 +3,8 @@ moves under the run (another tenant on the host: this VM's bare ResNet-50 rate f
 13.5 img/s for 8 s and came back, docs/BENCHMARKS.md).
 
     python -m loadtest.paired [--workload resnet50] [--concurrency 1,4,16] [--windows 8]
-                              [--seconds 4] [--out DIR] [-- extra serve flags]
+                              [--seconds 4] [--bare-batch N] [--in-flight] [--out DIR]
+                              [-- extra serve flags]
 
 One InferPool server with no flags (the workload's own, as ``loadtest.compare`` starts it) and
 the bare engine in this process (``loadtest.workloads.BareEngine``'s two settings: one stream on every
@@ -13,7 +14,10 @@ window is held to the mean of the bare windows either side of it. A pair whose t
 differ by more than ``STEADY`` is marked: the machine changed within it, and its ratio says
 nothing about the server. ``--against-itself`` measures the bare engine in the served windows
 too: how far a window strays from its neighbours with no server at all (the floor any "every
-window ≥ x" goal meets on this machine). Prints Markdown; writes ``windows.json`` to ``--out``.
+window ≥ x" goal meets on this machine). ``--in-flight`` holds each served window to a second
+yardstick as well, timed after each bare window: the bare engine with no more requests in flight
+than the connections carry (``in_flight``), what a closed loop of so many clients lets any server
+reach. Prints Markdown; writes ``windows.json`` to ``--out``.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ Rate = Callable[[float], float]
 """Requests/s over a number of seconds."""
 STEADY = 0.10
 """Most the two bare windows around a served one may differ (relative to their mean)."""
+MAX_ROWS = 8
+"""The largest batch ``--in-flight`` times: the served ResNet-50's own largest."""
 
 
 def served_window(url: str, pid: int, payload: Payload, scratch: Path, concurrency: int, seconds: float) -> float:
@@ -67,6 +73,15 @@ def summary(concurrency: int, found: list[dict[str, Any]]) -> str:
     return f"| {concurrency} | {shown} | {len(steady)} of {len(found)} | {middle:.2f} | {lowest:.2f} |"
 
 
+def in_flight(bare: BareEngine, concurrency: int, seconds: float) -> float:
+    """The bare engine's best with no more requests in flight than ``concurrency`` closed-loop
+    connections carry: every core on batches of its share of them, or one batch of all of them
+    on the runtime as wide as the machine, each for half the window. Above one connection a
+    served rate can reach this, not more: the requests a larger batch needs do not exist."""
+    per_core = max(1, min(MAX_ROWS, concurrency // bare.cpus))
+    return max(bare.every_core(seconds / 2, per_core), bare.batched(seconds / 2, min(concurrency, MAX_ROWS)))
+
+
 def best_of(bare: BareEngine, rows: int, seconds: float) -> float:
     """The bare engine's best throughput: every core on one-request calls, or batches of ``rows``
     on one runtime as wide as the machine, each for half the window."""
@@ -84,6 +99,8 @@ def main() -> None:
     parser.add_argument("--against-itself", action="store_true", help=floor)
     best = "also time the bare engine's batches of N on every core: the bare rate above one connection is the larger"
     parser.add_argument("--bare-batch", type=int, default=1, metavar="N", help=best)
+    carried = "also time the bare engine with at most as many requests in flight as the connections carry"
+    parser.add_argument("--in-flight", action="store_true", help=carried)
     parser.add_argument("extra", nargs="*", help="more serve flags, after --")
     args = parser.parse_args()
     workload = WORKLOADS[args.workload]
@@ -93,6 +110,7 @@ def main() -> None:
     payload = PAYLOADS[workload.payload_name]()
     bare_engine = BareEngine(workload)
     results: dict[int, list[dict[str, Any]]] = {}
+    in_flights: dict[int, list[dict[str, Any]]] = {}
     try:
         with launch(inferpool_serve(*workload.args, *args.extra), out, name="InferPool defaults") as server:
             pid = server.process.pid
@@ -104,19 +122,32 @@ def main() -> None:
                 served_rate(2.0)  # a warm-up: every window after it opens its own connections anew
                 if args.against_itself:
                     served_rate = bare_rate
-                bare, rates = [bare_rate(args.seconds)], []
+                held: Rate | None = None
+                if args.in_flight and concurrency > 1:
+                    held = partial(in_flight, bare_engine, concurrency)
+                bare, bare_held, rates = [bare_rate(args.seconds)], [held(args.seconds) if held else 0.0], []
                 for _ in range(args.windows):
                     rates.append(served_rate(args.seconds))
                     bare.append(bare_rate(args.seconds))
+                    bare_held.append(held(args.seconds) if held else 0.0)
                 results[concurrency] = pairs(bare, rates)
                 print(summary(concurrency, results[concurrency]), flush=True)
+                if held is not None:
+                    in_flights[concurrency] = pairs(bare_held, rates)
+                    print(summary(concurrency, in_flights[concurrency]), "(in flight)", flush=True)
     finally:
         bare_engine.close()
-    (out / "windows.json").write_text(json.dumps({str(c): p for c, p in results.items()}, indent=1))
+    found = {str(c): p for c, p in results.items()} | {f"{c} in flight": p for c, p in in_flights.items()}
+    (out / "windows.json").write_text(json.dumps(found, indent=1))
     print(f"\n{args.workload}: served / bare by window (* the machine changed by over {STEADY:.0%} within the pair)")
     print("| connections | each window | steady pairs | median | lowest steady |\n|---|---|---|---|---|")
-    for concurrency, found in results.items():
-        print(summary(concurrency, found))
+    for concurrency, windows in results.items():
+        print(summary(concurrency, windows))
+    if in_flights:
+        print("\nserved / the bare engine with no more requests in flight than the connections carry")
+        print("| connections | each window | steady pairs | median | lowest steady |\n|---|---|---|---|---|")
+        for concurrency, windows in in_flights.items():
+            print(summary(concurrency, windows))
     print(json.dumps({"windows": str(out / "windows.json")}))
 
 

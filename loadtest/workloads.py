@@ -177,12 +177,18 @@ class BareEngine:
 
     def batched(self, seconds: float, rows: int) -> float:
         """Requests/s of one stream of ``rows``-request batches on the runtime as wide as the machine."""
-        batch = {name: np.ascontiguousarray(np.repeat(a, rows, axis=0)) for name, a in self.arrays.items()}
+        batch = self._repeated(rows)
         return rows * calls_per_second(lambda: self.wide.call(batch), seconds)
 
-    def every_core(self, seconds: float) -> float:
-        """Requests/s with every core busy, a single-thread runtime each."""
-        return calls_per_second(lambda: self.narrow.call(self.arrays), seconds, threads=self.cpus)
+    def _repeated(self, rows: int) -> Mapping[str, Any]:
+        if rows == 1:
+            return self.arrays
+        return {name: np.ascontiguousarray(np.repeat(a, rows, axis=0)) for name, a in self.arrays.items()}
+
+    def every_core(self, seconds: float, rows: int = 1) -> float:
+        """Requests/s with every core busy, a single-thread runtime each, on ``rows``-request batches."""
+        batch = self._repeated(rows)
+        return rows * calls_per_second(lambda: self.narrow.call(batch), seconds, threads=self.cpus)
 
     def close(self) -> None:
         self.wide.close()

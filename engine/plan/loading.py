@@ -23,6 +23,7 @@ from inferpool.engine.models.handlers import Handler, load_handler
 from inferpool.engine.models.module import InferenceModule
 from inferpool.engine.models.sources import load_model, serving_options
 from inferpool.engine.options import RuntimeOptions
+from inferpool.engine.plan import halt_polling
 from inferpool.engine.plan.auto_batch import BatchDecision, BatchFigures, decide_batch, explicit
 from inferpool.engine.plan.batch_choice import BatchChoice
 from inferpool.engine.plan.batch_memory import decision_path, read_decision, write_decision
@@ -75,6 +76,10 @@ def log_ready(served: ServedModel, started: float) -> None:
         served.options.max_batch_size, served.batch_decision.reason, plan.runtimes, plan.intra_op_threads, plan.cpus,
         served.module.num_parameters, choice.enabled, choice.reason,
     )  # fmt: skip
+    if choice.enabled:
+        halts = halt_polling.advice()
+        if halts is not None:
+            log.info("model %r: %s", served.name, halts)
 
 
 @dataclass(frozen=True)

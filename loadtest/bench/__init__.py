@@ -46,6 +46,7 @@ CASES: dict[str, Case] = {
     "defaults": Case("backends", "what the defaults (auto backend, auto dispatch) choose, and what choosing costs"),
     "static": Case("static", "the static backend and each of its options against eager, onnxruntime"),
     "aoti": Case("aoti", "AOTInductor (ctypes and PyTorch's loader) against eager and onnxruntime, RSS"),
+    "idle_gap": Case("idle_gap", "a model call after an idle gap against calls back to back (the bare yardstick's)"),
     # In process: the service's own costs.
     "app_cpu": Case("app_cpu", "CPU per request through the whole ASGI app, no sockets (or the bare handler)"),
     "lane_cpu": Case(

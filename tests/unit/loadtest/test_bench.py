@@ -4,11 +4,13 @@ The cases that start servers or load MiniLM run in tests/e2e/loadtest/test_bench
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -43,6 +45,7 @@ FAMILIES = {
     "text_peers": {"text_peers"},
     "response_cache": {"response_cache"},
     "priorities": {"priorities"},
+    "idle_gap": {"idle_gap"},
 }
 
 
@@ -385,3 +388,14 @@ def test_http_cpu_new_images_script_makes_every_request_anew_from_its_own_serial
     args = http_cpu_parser().parse_args(["--serve", "on=--response-cache-mb 64", "--body", "predict-new"])
     assert args.serve == ["on=--response-cache-mb 64"]
     assert args.body == ["predict-new"]
+
+
+def test_idle_gap_sleeps_the_gap_before_each_call_and_times_only_the_call():
+    from loadtest.bench.idle_gap import rounds
+
+    stamps: list[float] = []
+    found = rounds(lambda: stamps.append(time.perf_counter()), [0.0, 0.02], calls=3, count=2)
+    assert [sorted(medians) for medians in found] == [[0.0, 0.02]] * 2
+    assert all(seconds < 0.01 for medians in found for seconds in medians.values())  # the sleep is not timed
+    gaps = [b - a for a, b in itertools.pairwise(stamps)]
+    assert sum(gap >= 0.02 for gap in gaps) >= 5  # each call of the 20 ms blocks came after its sleep
