@@ -44,6 +44,7 @@ from inferpool.cli.bench_report import format_table, summarize
 from inferpool.config import Settings
 from inferpool.config.grpc import grpc_server_for
 from inferpool.engine import ConfigError, EngineError, ServedModel
+from inferpool.engine.plan import halt_polling
 from inferpool.harness.client import KeepAlive
 from inferpool.harness.payloads import Payload, grpc_request, json_request, v2_request
 from inferpool.harness.procs import tree_run_seconds
@@ -304,6 +305,9 @@ def _report(
         "dispatch_selection": facts.get("dispatch_selection"),
         "auto": served.selection.report() if served.selection.trials else None,
         "precision": served.info.precision_selection,
+        # The round trips are one at a time: between them the cores idle, which a KVM guest
+        # whose idle vCPUs halt at once makes the next call pay (counted as overhead here).
+        "platform": halt_polling.advice(),
         "threads": {
             "server_processes": settings.workers,
             "runtimes": served.plan.runtimes,

@@ -46,6 +46,7 @@ def format_table(report: dict[str, Any]) -> str:
         f"{threads['server_processes']} server process(es)",
         *_dispatch_line(report.get("dispatch_selection")),
         *_precision_line(report.get("precision")),
+        *([f"platform: {report['platform']}"] if report.get("platform") else []),
         "",
         f"{'':<34}{'calls':>7}{'p50 µs':>10}{'p99 µs':>10}   {'overhead p50 / p99 µs':>22}{'x bare p50':>12}",
     ]

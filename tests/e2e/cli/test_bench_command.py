@@ -98,3 +98,12 @@ def test_a_handler_model_without_inputs_is_refused_before_loading(tmp_path):
     done = subprocess.run([INFERPOOL, "bench", "--config", str(config)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert "pass --inputs" in done.stderr
+
+
+def test_the_platform_line_says_what_this_machine_makes_idle_gaps_cost(report):
+    from inferpool.engine.plan import halt_polling
+
+    assert report["platform"] == halt_polling.advice()  # the same machine reads the same sysfs
+    lines = format_table(report).splitlines()
+    platform = [line for line in lines if line.startswith("platform: ")]
+    assert platform == ([] if report["platform"] is None else [f"platform: {report['platform']}"])
