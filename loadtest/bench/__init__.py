@@ -65,6 +65,7 @@ CASES: dict[str, Case] = {
     "door_cost": Case("observability", "the door's cost per request: tracing, unsampled, access log (vs --base)"),
     # Real servers.
     "handoff": Case("handoff", "thread hand-off vs inline dispatch through the real server (wrk)"),
+    "timeline": Case("timeline", "each serving process's calls, their gaps and a request's phases (trace spans)"),
     "batching_http": Case("batching", "dynamic batching off vs on against the real server over HTTP"),
     "embeddings": Case("wire", "/v1/embeddings against /predict on MiniLM, one server (--codec: in process)"),
     "observe": Case("observability", "tracing, access log, payload log per request on real servers (wrk)"),

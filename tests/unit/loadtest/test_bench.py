@@ -46,6 +46,7 @@ FAMILIES = {
     "response_cache": {"response_cache"},
     "priorities": {"priorities"},
     "idle_gap": {"idle_gap"},
+    "timeline": {"timeline"},
 }
 
 
