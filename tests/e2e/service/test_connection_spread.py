@@ -37,11 +37,17 @@ def _socket_owners(pids: list[int]) -> dict[str, int]:
 
 
 def _inode_of_peer(server_port: int, client_port: int) -> str:
-    """The inode of the server side of the connection from ``client_port`` (/proc/net/tcp)."""
+    """The inode of the server side of the connection from ``client_port`` (/proc/net/tcp): the
+    established one, since an earlier connection from the same port may linger closing (TIME_WAIT,
+    FIN_WAIT: inode 0, held by no process)."""
     for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
         fields = line.split()
-        local, remote = fields[1], fields[2]
-        if int(local.split(":")[1], 16) == server_port and int(remote.split(":")[1], 16) == client_port:
+        local, remote, state = fields[1], fields[2], fields[3]
+        if (
+            int(local.split(":")[1], 16) == server_port
+            and int(remote.split(":")[1], 16) == client_port
+            and state == "01"  # ESTABLISHED
+        ):
             return fields[9]
     raise AssertionError(f"no server-side socket for client port {client_port}")
 
