@@ -8,8 +8,10 @@ each request's ``inference`` span is its model call, and requests whose calls be
 instant in the same process shared one. Prints per serving process: its calls and their sizes,
 how busy its calls kept it, the gap between one call's end and the next one's start, and each
 request's phases (median, ms): in (decode), queued until its call (queue and batch), the call,
-back to the event loop, encode, and the answer out. Tracing itself costs ~0.1 ms of the event
-loop a request (docs/observability.md), so the gaps read a little long.
+back to the event loop, encode, and the answer out. Exporting every span to the console costs
+CPU beside the model: ResNet-50 at 4 connections ran 102 req/s traced against ~140 untraced, with
+more one-sample calls (0.33 of the requests against 0.14). Read the make-up of a gap and a
+request's phases, not the rate.
 """
 
 from __future__ import annotations
