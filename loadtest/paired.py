@@ -79,13 +79,13 @@ def in_flight(bare: BareEngine, concurrency: int, seconds: float) -> float:
     on the runtime as wide as the machine, each for half the window. Above one connection a
     served rate can reach this, not more: the requests a larger batch needs do not exist."""
     per_core = max(1, min(MAX_ROWS, concurrency // bare.cpus))
-    return max(bare.every_core(seconds / 2, per_core), bare.batched(seconds / 2, min(concurrency, MAX_ROWS)))
+    return best_of(bare, min(concurrency, MAX_ROWS), seconds, per_core)
 
 
-def best_of(bare: BareEngine, rows: int, seconds: float) -> float:
-    """The bare engine's best throughput: every core on one-request calls, or batches of ``rows``
-    on one runtime as wide as the machine, each for half the window."""
-    return max(bare.every_core(seconds / 2), bare.batched(seconds / 2, rows))
+def best_of(bare: BareEngine, rows: int, seconds: float, per_core: int = 1) -> float:
+    """The bare engine's best throughput: every core on batches of ``per_core`` requests, or
+    batches of ``rows`` on one runtime as wide as the machine, each for half the window."""
+    return max(bare.every_core(seconds / 2, per_core), bare.batched(seconds / 2, rows))
 
 
 def main() -> None:
